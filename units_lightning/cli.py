@@ -1,0 +1,111 @@
+"""The ``units-lightning`` command: LightningCLI over ``UnitsMAML`` and the episodic data modules."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.loggers import WandbLogger
+
+from units_lightning.data.datamodule import EpisodicDataModule
+from units_lightning.module import UnitsMAML
+
+__all__ = ["UnitsCLI", "cli_main", "fit_summary", "main", "run_directory"]
+
+_SUMMARY_KEYS = {
+    "val_accuracy": "val/acc",
+    "val_vacuity": "val/vacuity",
+    "val_dissonance": "val/dissonance",
+    "val_incorrect_belief": "val/incorrect_belief",
+    "val_correct_belief": "val/correct_belief",
+}
+
+
+def run_directory(trainer: pl.Trainer) -> Path:
+    """Where a run's own files go: the W&B run's files folder, else the logger's or trainer's log dir."""
+    logger = trainer.logger
+    if isinstance(logger, WandbLogger):
+        return Path(logger.experiment.dir)
+    return Path(trainer.log_dir or trainer.default_root_dir)
+
+
+def fit_summary(trainer: pl.Trainer, model: UnitsMAML, wall_time_s: float) -> dict[str, Any]:
+    """Final validation metrics, labels spent, steps and wall time of a finished ``fit``."""
+    metrics = trainer.callback_metrics
+    summary: dict[str, Any] = {}
+    for name, key in _SUMMARY_KEYS.items():
+        value = float(metrics[key]) if key in metrics else math.nan
+        summary[name] = None if math.isnan(value) else round(value, 6)
+    summary.update(
+        labels=model.ledger.state_dict(),
+        steps=int(trainer.global_step),
+        epochs=int(trainer.current_epoch),
+        wall_time_s=round(wall_time_s, 2),
+        chance_accuracy=round(1.0 / model.n_way, 6),
+    )
+    return summary
+
+
+def _format(summary: dict[str, Any]) -> str:
+    def pct(x: float | None) -> str:
+        return "n/a" if x is None else f"{100 * x:.2f}%"
+
+    def num(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:.4f}"
+
+    labels = summary["labels"]
+    return "\n".join([
+        "units-lightning fit summary",
+        f"  validation accuracy  {pct(summary['val_accuracy'])} (chance {pct(summary['chance_accuracy'])})",
+        f"  vacuity {num(summary['val_vacuity'])} | dissonance {num(summary['val_dissonance'])} | "
+        f"incorrect belief {num(summary['val_incorrect_belief'])} | correct belief {num(summary['val_correct_belief'])}",
+        f"  labels spent         {labels['query_sets']} query sets, {labels['query_images']} query images, "
+        f"{labels['support_images']} support images",
+        f"  steps {summary['steps']} in {summary['wall_time_s']:.1f} s",
+    ])
+
+
+class UnitsCLI(LightningCLI):
+    """LightningCLI with the data module's task shape linked into the model and a summary after ``fit``."""
+
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.link_arguments("data.n_way", "model.n_way", apply_on="instantiate")
+        parser.link_arguments("data.image_shape", "model.image_shape", apply_on="instantiate")
+
+    def before_fit(self) -> None:
+        self._fit_started = time.perf_counter()
+
+    def after_fit(self) -> None:
+        if not self.trainer.is_global_zero:
+            return
+        summary = fit_summary(self.trainer, self.model, time.perf_counter() - self._fit_started)
+        directory = run_directory(self.trainer)
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / "summary.json"
+        path.write_text(json.dumps(summary, indent=2) + "\n")
+        if isinstance(self.trainer.logger, WandbLogger):
+            self.trainer.logger.experiment.summary.update({f"summary/{k}": v for k, v in summary.items()
+                                                           if not isinstance(v, dict)})
+        print(_format(summary) + f"\n  written to {path}", flush=True)
+
+
+def cli_main(args: list[str] | None = None) -> UnitsCLI:
+    """Entry point of ``units-lightning`` and ``python -m units_lightning``."""
+    return UnitsCLI(
+        UnitsMAML,
+        EpisodicDataModule,
+        subclass_mode_data=True,
+        args=args,
+        save_config_kwargs={"overwrite": True},
+        trainer_defaults={"inference_mode": False},
+    )
+
+
+def main() -> None:
+    """Console-script entry point (returns nothing, so the exit status is 0 on success)."""
+    cli_main()

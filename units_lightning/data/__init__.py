@@ -1,0 +1,19 @@
+"""Few-shot image data: class-indexed image collections and the episodic DataModules."""
+
+from units_lightning.data.datamodule import EpisodicDataModule
+from units_lightning.data.datamodules import OmniglotDataModule, SyntheticGlyphsDataModule
+from units_lightning.data.episode import EpisodeIndices, EpisodeSpec, SealedLabels, TaskBatch
+from units_lightning.data.images import FewShotImages, RotatedClasses, TensorImages
+
+__all__ = [
+    "EpisodeIndices",
+    "EpisodeSpec",
+    "EpisodicDataModule",
+    "FewShotImages",
+    "OmniglotDataModule",
+    "RotatedClasses",
+    "SealedLabels",
+    "SyntheticGlyphsDataModule",
+    "TaskBatch",
+    "TensorImages",
+]

@@ -1,0 +1,208 @@
+"""The episodic DataModule: turns a class-indexed image collection into meta-batches of tasks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from units_lightning.data.episode import EpisodeIndices, EpisodeSpec, SealedLabels, TaskBatch
+from units_lightning.data.images import FewShotImages
+from units_lightning.samplers.base import TaskSampler
+from units_lightning.samplers.random import RandomSampler
+
+__all__ = ["EpisodeDataset", "EpisodicDataModule", "StepSampler", "build_batch"]
+
+_STREAMS = {"train": 0, "val": 1, "test": 2, "predict": 3}
+
+
+def build_batch(images: FewShotImages, indices: EpisodeIndices, step: int = 0) -> TaskBatch:
+    """Load the images of drawn episodes (one ``gather`` call) and seal their query labels."""
+    support, query = indices.support, indices.query
+    flat = torch.from_numpy(np.concatenate([support.reshape(-1), query.reshape(-1)]))
+    pixels = images.gather(flat)
+    shape = pixels.shape[1:]
+    return TaskBatch(
+        support_x=pixels[: support.size].reshape(*support.shape, *shape),
+        support_y=torch.from_numpy(indices.support_labels),
+        query_x=pixels[support.size :].reshape(*query.shape, *shape),
+        query_y=SealedLabels(torch.from_numpy(indices.query_labels)),
+        classes=torch.from_numpy(indices.classes),
+        step=step,
+    )
+
+
+def _concatenate(parts: list[EpisodeIndices]) -> EpisodeIndices:
+    return EpisodeIndices(*(np.concatenate([getattr(p, f) for p in parts]) for f in
+                            ("classes", "support", "support_labels", "query", "query_labels")))
+
+
+class EpisodeDataset(Dataset):
+    """Item ``i`` is a meta-batch drawn by ``sampler`` from a generator seeded by (seed, stream, rank, i).
+
+    Training asks for item ``global_step``; so a resumed run, every DDP rank (through ``rank``) and every
+    data-loader worker draws its own reproducible tasks with no sampler state to save.
+
+    With ``tasks_per_item`` set (evaluation), item ``i`` holds tasks ``i * tasks_per_item ...`` up to
+    ``num_tasks``, each task drawn from its own generator, so the fixed evaluation tasks do not depend on
+    how they are batched.
+    """
+
+    def __init__(self, images: FewShotImages, sampler: TaskSampler, seed: int, stream: str, rank: int = 0,
+                 num_tasks: int | None = None, tasks_per_item: int | None = None):
+        self.images, self.sampler = images, sampler
+        self.seed, self.stream, self.rank = seed, _STREAMS[stream], rank
+        self.num_tasks, self.tasks_per_item = num_tasks, tasks_per_item
+
+    def _rng(self, index: int) -> np.random.Generator:
+        return np.random.default_rng([self.seed, self.stream, self.rank, index])
+
+    def __len__(self) -> int:
+        if self.num_tasks is None or self.tasks_per_item is None:
+            raise TypeError("a training episode stream has no length")
+        return -(-self.num_tasks // self.tasks_per_item)
+
+    def __getitem__(self, index: int) -> TaskBatch:
+        if self.tasks_per_item is None:
+            return build_batch(self.images, self.sampler.sample(self._rng(index)), step=index)
+        first = index * self.tasks_per_item
+        tasks = range(first, min(first + self.tasks_per_item, self.num_tasks or 0))
+        return build_batch(self.images, _concatenate([self.sampler.sample(self._rng(t)) for t in tasks]), index)
+
+
+class StepSampler(Sampler[int]):
+    """Yields ``start(), start() + 1, ...`` without end: the step numbers of the episodes to draw.
+
+    ``start`` is read each time an epoch begins (in the main process, also with workers), so that the
+    stream continues at the trainer's ``global_step`` after an epoch boundary or a resume.
+    """
+
+    def __init__(self, start: Callable[[], int]):
+        self.start = start
+
+    def __iter__(self) -> Iterator[int]:
+        step = self.start()
+        while True:
+            yield step
+            step += 1
+
+
+def _identity(batch: TaskBatch) -> TaskBatch:
+    return batch
+
+
+class EpisodicDataModule(pl.LightningDataModule):
+    """Meta-batches of few-shot tasks from any class-indexed image dataset.
+
+    Training batches come from ``sampler`` (random, Units-ST, multi-query, or your own ``TaskSampler``),
+    one meta-batch per step. Validation and test use fixed, seeded tasks of one query set each with
+    ``eval_query_shots`` queries per class. Subclasses provide the splits by overriding ``make_split``;
+    to use your own in-memory data, pass ``splits`` instead.
+
+    Args:
+        sampler: task sampler for training (default: ``RandomSampler(tasks=8)``).
+        n_way: classes per task.
+        k_shot: support images per class.
+        query_shots: query images per class in each training query set.
+        eval_query_shots: query images per class in validation and test tasks (default: ``query_shots``).
+        val_tasks: number of fixed validation tasks.
+        test_tasks: number of fixed test tasks.
+        eval_batch_tasks: evaluation tasks per batch.
+        seed: seed of every episode stream (training, validation, test differ by stream id).
+        num_workers: data-loader worker processes.
+        splits: ready-made ``{"train": ..., "val": ..., "test": ...}`` collections (optional).
+
+    Raises:
+        ValueError: at ``setup`` when a split cannot provide the requested episodes (too few classes or
+            too few images per class), before any training step.
+    """
+
+    image_shape: tuple[int, int, int] = (1, 28, 28)
+
+    def __init__(
+        self,
+        sampler: TaskSampler | None = None,
+        n_way: int = 5,
+        k_shot: int = 1,
+        query_shots: int = 1,
+        eval_query_shots: int | None = None,
+        val_tasks: int = 100,
+        test_tasks: int = 600,
+        eval_batch_tasks: int = 10,
+        seed: int = 0,
+        num_workers: int = 0,
+        splits: Mapping[str, FewShotImages] | None = None,
+    ):
+        super().__init__()
+        self.sampler = sampler if sampler is not None else RandomSampler(tasks=8)
+        self.spec = EpisodeSpec(n_way, k_shot, query_shots)
+        self.eval_spec = EpisodeSpec(n_way, k_shot, eval_query_shots or query_shots)
+        for name, value in (("val_tasks", val_tasks), ("test_tasks", test_tasks), ("eval_batch_tasks", eval_batch_tasks)):
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        self.val_tasks, self.test_tasks, self.eval_batch_tasks = val_tasks, test_tasks, eval_batch_tasks
+        self.seed, self.num_workers = seed, num_workers
+        self._given = dict(splits or {})
+        if self._given:
+            self.image_shape = next(iter(self._given.values())).image_shape
+        self._splits: dict[str, FewShotImages] = {}
+        self._eval_samplers: dict[str, TaskSampler] = {}
+
+    @property
+    def n_way(self) -> int:
+        return self.spec.n_way
+
+    def make_split(self, split: str) -> FewShotImages:
+        """The image collection of ``split`` ("train", "val" or "test"). Subclasses override."""
+        if split not in self._given:
+            raise ValueError(f"no '{split}' split: pass splits={{'{split}': ...}} or use a dataset-specific DataModule")
+        return self._given[split]
+
+    def split(self, name: str) -> FewShotImages:
+        """The (cached) collection of split ``name``."""
+        if name not in self._splits:
+            self._splits[name] = self.make_split(name)
+        return self._splits[name]
+
+    def setup(self, stage: str | None = None) -> None:
+        """Build the splits the stage needs and check every requested episode shape against them."""
+        needed = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",)}.get(stage or "fit", ("train", "val", "test"))
+        for name in needed:
+            images = self.split(name)
+            if name == "train":
+                self.sampler.bind(images.labels, self.spec, split=name)
+            else:
+                evaluator = TaskSampler(tasks=1, query_sets=1)
+                evaluator.bind(images.labels, self.eval_spec, split=name)
+                self._eval_samplers[name] = evaluator
+
+    @property
+    def _rank(self) -> int:
+        return self.trainer.global_rank if self.trainer is not None else 0
+
+    def _loader(self, dataset: Dataset, **kwargs) -> DataLoader:
+        return DataLoader(dataset, batch_size=None, collate_fn=_identity, num_workers=self.num_workers,
+                          persistent_workers=self.num_workers > 0, **kwargs)
+
+    def train_dataloader(self) -> DataLoader:
+        if self.sampler.spec is None:
+            self.setup("fit")
+        dataset = EpisodeDataset(self.split("train"), self.sampler, self.seed, "train", self._rank)
+        start = (lambda: self.trainer.global_step) if self.trainer is not None else (lambda: 0)
+        return self._loader(dataset, sampler=StepSampler(start))
+
+    def _eval_loader(self, name: str, num_tasks: int) -> DataLoader:
+        if name not in self._eval_samplers:
+            self.setup({"val": "validate", "test": "test"}[name])
+        dataset = EpisodeDataset(self.split(name), self._eval_samplers[name], self.seed, name, rank=0,
+                                 num_tasks=num_tasks, tasks_per_item=self.eval_batch_tasks)
+        return self._loader(dataset, shuffle=False)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._eval_loader("val", self.val_tasks)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._eval_loader("test", self.test_tasks)

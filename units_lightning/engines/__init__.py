@@ -1,0 +1,6 @@
+"""Engines run the inner loop: adapt to support sets, predict on query sets."""
+
+from units_lightning.engines.base import Engine, InnerLoss
+from units_lightning.engines.learn2learn import Learn2LearnEngine
+
+__all__ = ["Engine", "InnerLoss", "Learn2LearnEngine"]

@@ -1,0 +1,45 @@
+"""The inner loop behind a small interface: adapt to support sets, then predict on query sets."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from torch import Tensor
+
+__all__ = ["Engine", "InnerLoss"]
+
+InnerLoss = Callable[[Tensor, Tensor], Tensor]
+"""``loss(logits, labels) -> scalar`` used for the inner-loop (support set) updates."""
+
+
+class Engine(Protocol):
+    """How the inner loop runs. The LightningModule only ever calls these two methods.
+
+    ``adapt`` returns an opaque handle to the adapted (fast) weights of every task; ``predict`` runs
+    query sets through them. Both keep the autograd graph back to the meta-parameters (second order
+    when ``create_graph``), so the caller decides what to differentiate.
+    """
+
+    def adapt(self, support_x: Tensor, support_y: Tensor, loss: InnerLoss, steps: int, create_graph: bool) -> Any:
+        """Adapt to each task's support set.
+
+        Args:
+            support_x: (T, S, C, H, W) support images of T tasks.
+            support_y: (T, S) support labels.
+            loss: inner-loop loss.
+            steps: gradient steps per task.
+            create_graph: keep the graph of the inner updates (second-order meta-gradients).
+        """
+
+    def predict(self, adapted: Any, query_x: Tensor, task_index: Tensor) -> Tensor:
+        """Logits of query sets through their task's adapted weights.
+
+        Args:
+            adapted: what ``adapt`` returned.
+            query_x: (K, M, C, H, W) K query sets of M images; each set is normalised on its own.
+            task_index: (K,) the task each query set belongs to.
+
+        Returns:
+            (K, M, N) logits.
+        """

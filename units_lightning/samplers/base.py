@@ -1,0 +1,163 @@
+"""The task sampler plugin: how candidate tasks are drawn, and which query sets get labeled."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from units_lightning.data.episode import EpisodeIndices, EpisodeSpec
+
+__all__ = ["TaskSampler"]
+
+
+class TaskSampler:
+    """Base class of every task sampler: draws candidate tasks and chooses which query sets to label.
+
+    A training step asks the sampler twice. In the data loader, ``sample(rng)`` draws the candidate
+    tasks of a step as image indices: ``num_candidates`` tasks, each with a support set and
+    ``query_sets`` unlabeled, class-balanced query sets. In the model, after every support set has been
+    adapted to and every candidate query set scored by its task uncertainty, ``select(scores, step)``
+    returns the mask of query sets to label and train on. Before ``warmup_steps`` the first query set
+    of the first ``tasks`` tasks is used (no selection yet, as the paper's warm-up).
+
+    Override ``sample`` (or ``draw_classes``) to change how candidates are drawn, and ``choose`` to change
+    which are kept; plug the class in with ``class_path`` in the ``data.sampler`` section of a config.
+    Samplers never load images and never see labels of query sets: ``select`` gets scores only.
+
+    Args:
+        tasks: tasks trained on per step (the paper's meta-batch I).
+        query_sets: unlabeled query sets drawn per task (Q).
+        warmup_steps: steps before selection starts.
+
+    Attributes:
+        spec: the episode shape, set by ``bind``.
+        uses_scores: False when ``choose`` ignores the scores, so that the model can skip scoring.
+    """
+
+    uses_scores: bool = True
+
+    def __init__(self, tasks: int = 8, query_sets: int = 1, warmup_steps: int = 0):
+        if tasks < 1:
+            raise ValueError(f"tasks must be >= 1, got {tasks}")
+        if query_sets < 1:
+            raise ValueError(f"query_sets must be >= 1, got {query_sets}")
+        if warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
+        self.tasks = tasks
+        self.query_sets = query_sets
+        self.warmup_steps = warmup_steps
+        self.spec: EpisodeSpec | None = None
+        self._pools: list[np.ndarray] = []
+
+    # --- drawing candidates (data loader side) --------------------------------------------------------
+
+    @property
+    def num_candidates(self) -> int:
+        """Tasks drawn per step (T). The base class draws exactly ``tasks``."""
+        return self.tasks
+
+    def bind(self, labels: Sequence[int] | np.ndarray | Tensor, spec: EpisodeSpec, split: str = "train") -> None:
+        """Attach the sampler to a split's labels and check that the requested episodes are possible.
+
+        Args:
+            labels: class id of every image of the split.
+            spec: the episode shape.
+            split: split name, for error messages.
+
+        Raises:
+            ValueError: if the split has fewer classes than ``n_way``, or a class has fewer images than
+                ``k_shot + query_sets * query_shots``.
+        """
+        labels = np.asarray(labels.cpu() if isinstance(labels, Tensor) else labels, dtype=np.int64)
+        num_classes = int(labels.max()) + 1 if labels.size else 0
+        if spec.n_way > num_classes:
+            raise ValueError(
+                f"n_way={spec.n_way} but split '{split}' has only {num_classes} classes: "
+                f"lower data.n_way to at most {num_classes} or use a split with more classes"
+            )
+        order = np.argsort(labels, kind="stable")
+        counts = np.bincount(labels, minlength=num_classes)
+        self._pools = np.split(order, np.cumsum(counts)[:-1])
+        needed = spec.k_shot + self.query_sets * spec.query_shots
+        short = np.flatnonzero(counts < needed)
+        if short.size:
+            raise ValueError(
+                f"split '{split}': {short.size} of {num_classes} classes have fewer than {needed} images "
+                f"(k_shot={spec.k_shot} + query_sets={self.query_sets} x query_shots={spec.query_shots}); "
+                f"class {int(short[0])} has {int(counts[short[0]])}. Lower k_shot, query_shots or query_sets."
+            )
+        self.spec = spec
+
+    def draw_classes(self, rng: np.random.Generator) -> np.ndarray:
+        """The ``n_way`` dataset classes of one task, uniformly without replacement."""
+        assert self.spec is not None
+        return rng.choice(len(self._pools), size=self.spec.n_way, replace=False)
+
+    def sample(self, rng: np.random.Generator) -> EpisodeIndices:
+        """Draw the candidate tasks of one step.
+
+        Args:
+            rng: the step's generator (derived from seed, rank and step by the data module).
+
+        Returns:
+            EpisodeIndices with ``num_candidates`` tasks of ``query_sets`` query sets each.
+        """
+        if self.spec is None:
+            raise RuntimeError(f"{type(self).__name__}.bind(labels, spec) must be called before sample()")
+        spec, num_tasks, num_sets = self.spec, self.num_candidates, self.query_sets
+        per_set = spec.n_way * spec.query_shots
+        classes = np.empty((num_tasks, spec.n_way), dtype=np.int64)
+        support = np.empty((num_tasks, spec.n_way * spec.k_shot), dtype=np.int64)
+        support_labels = np.empty_like(support)
+        query = np.empty((num_tasks, num_sets, per_set), dtype=np.int64)
+        query_labels = np.empty_like(query)
+        way_support = np.repeat(np.arange(spec.n_way), spec.k_shot)
+        way_query = np.repeat(np.arange(spec.n_way), spec.query_shots)
+        for t in range(num_tasks):
+            classes[t] = self.draw_classes(rng)
+            picks = np.stack(
+                [rng.choice(self._pools[c], size=spec.k_shot + num_sets * spec.query_shots, replace=False)
+                 for c in classes[t]]
+            )  # (n_way, k_shot + Q * query_shots)
+            order = rng.permutation(way_support.size)
+            support[t] = picks[:, : spec.k_shot].reshape(-1)[order]
+            support_labels[t] = way_support[order]
+            for q in range(num_sets):
+                start = spec.k_shot + q * spec.query_shots
+                order = rng.permutation(per_set)
+                query[t, q] = picks[:, start : start + spec.query_shots].reshape(-1)[order]
+                query_labels[t, q] = way_query[order]
+        return EpisodeIndices(classes, support, support_labels, query, query_labels)
+
+    # --- choosing what to label (model side) ----------------------------------------------------------
+
+    def select(self, scores: Tensor, step: int) -> Tensor:
+        """Mask of the query sets to label at ``step``.
+
+        Args:
+            scores: (T, Q) task uncertainty of every candidate query set (higher = more informative).
+                May be all zeros when ``uses_scores`` is False.
+            step: the global step.
+
+        Returns:
+            (T, Q) bool mask.
+        """
+        if step < self.warmup_steps:
+            return self.warmup_choice(scores)
+        return self.choose(scores)
+
+    def warmup_choice(self, scores: Tensor) -> Tensor:
+        """The first query set of the first ``tasks`` tasks."""
+        mask = torch.zeros_like(scores, dtype=torch.bool)
+        mask[: self.tasks, 0] = True
+        return mask
+
+    def choose(self, scores: Tensor) -> Tensor:
+        """The selection rule after warm-up. Subclasses override; the base class keeps every set."""
+        return torch.ones_like(scores, dtype=torch.bool)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(tasks={self.tasks}, query_sets={self.query_sets}, warmup_steps={self.warmup_steps})"

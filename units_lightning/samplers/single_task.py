@@ -1,0 +1,43 @@
+"""Units-ST: draw J candidate tasks, label only the I most uncertain."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from units_lightning.samplers.base import TaskSampler
+
+__all__ = ["SingleTaskSelectionSampler"]
+
+
+class SingleTaskSelectionSampler(TaskSampler):
+    """Units-ST: ``candidates`` tasks (J) with one query set each; the ``tasks`` (I) most uncertain are kept.
+
+    Every candidate support set is adapted to and scored, so a step costs J adaptations for I meta-updates:
+    this is the simple baseline that the multi-query sampler improves on.
+
+    Args:
+        tasks: tasks kept per step (I).
+        candidates: tasks drawn per step (J >= I).
+        warmup_steps: steps before selection starts (the first I candidates are kept until then).
+    """
+
+    def __init__(self, tasks: int = 8, candidates: int = 16, warmup_steps: int = 0):
+        super().__init__(tasks=tasks, query_sets=1, warmup_steps=warmup_steps)
+        if candidates < tasks:
+            raise ValueError(f"candidates (J={candidates}) must be >= tasks (I={tasks})")
+        self.candidates = candidates
+
+    @property
+    def num_candidates(self) -> int:
+        return self.candidates
+
+    def choose(self, scores: Tensor) -> Tensor:
+        flat = scores[:, 0]
+        mask = torch.zeros_like(scores, dtype=torch.bool)
+        mask[flat.topk(self.tasks).indices, 0] = True
+        return mask
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(tasks={self.tasks}, candidates={self.candidates}, "
+                f"warmup_steps={self.warmup_steps})")
