@@ -67,10 +67,10 @@ class EpisodeDataset(Dataset):
 
     def __getitem__(self, index: int) -> TaskBatch:
         if self.tasks_per_item is None:
-            return build_batch(self.images, self.sampler.sample(self._rng(index)), step=index)
+            return build_batch(self.images, self.sampler.sample(self._rng(index), index), step=index)
         first = index * self.tasks_per_item
         tasks = range(first, min(first + self.tasks_per_item, self.num_tasks or 0))
-        return build_batch(self.images, _concatenate([self.sampler.sample(self._rng(t)) for t in tasks]), index)
+        return build_batch(self.images, _concatenate([self.sampler.sample(self._rng(t), t) for t in tasks]), index)
 
 
 class StepSampler(Sampler[int]):

@@ -16,7 +16,7 @@ __all__ = ["TaskSampler"]
 class TaskSampler:
     """Base class of every task sampler: draws candidate tasks and chooses which query sets to label.
 
-    A training step asks the sampler twice. In the data loader, ``sample(rng)`` draws the candidate
+    A training step asks the sampler twice. In the data loader, ``sample(rng, step)`` draws the candidate
     tasks of a step as image indices: ``num_candidates`` tasks, each with a support set and
     ``query_sets`` unlabeled, class-balanced query sets. In the model, after every support set has been
     adapted to and every candidate query set scored by its task uncertainty, ``select(scores, step)``
@@ -91,16 +91,18 @@ class TaskSampler:
             )
         self.spec = spec
 
-    def draw_classes(self, rng: np.random.Generator) -> np.ndarray:
+    def draw_classes(self, rng: np.random.Generator, step: int) -> np.ndarray:
         """The ``n_way`` dataset classes of one task, uniformly without replacement."""
         assert self.spec is not None
         return rng.choice(len(self._pools), size=self.spec.n_way, replace=False)
 
-    def sample(self, rng: np.random.Generator) -> EpisodeIndices:
+    def sample(self, rng: np.random.Generator, step: int) -> EpisodeIndices:
         """Draw the candidate tasks of one step.
 
         Args:
-            rng: the step's generator (derived from seed, rank and step by the data module).
+            rng: the step's generator (derived from seed, rank and step by the data module); use only
+                this generator, so that the stream is reproducible and resumable.
+            step: the global step the tasks are for (for evaluation: the task number).
 
         Returns:
             EpisodeIndices with ``num_candidates`` tasks of ``query_sets`` query sets each.
@@ -117,7 +119,7 @@ class TaskSampler:
         way_support = np.repeat(np.arange(spec.n_way), spec.k_shot)
         way_query = np.repeat(np.arange(spec.n_way), spec.query_shots)
         for t in range(num_tasks):
-            classes[t] = self.draw_classes(rng)
+            classes[t] = self.draw_classes(rng, step)
             picks = np.stack(
                 [rng.choice(self._pools[c], size=spec.k_shot + num_sets * spec.query_shots, replace=False)
                  for c in classes[t]]
