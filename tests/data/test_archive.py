@@ -96,7 +96,15 @@ def test_two_archives_share_a_destination(tmp_path):
 @pytest.mark.parametrize(
     "entry",
     ["../evil.txt", "top/../../evil.txt", "..\\evil.txt", "/etc/evil.txt", "\\evil.txt", "C:/evil.txt", ".."],
-    ids=["dotdot", "nested-dotdot", "backslash-dotdot", "absolute", "backslash-absolute", "drive", "bare-dotdot"],
+    ids=[
+        "dotdot",
+        "nested-dotdot",
+        "backslash-dotdot",
+        "absolute",
+        "backslash-absolute",
+        "drive",
+        "bare-dotdot",
+    ],
 )
 def test_escaping_entries_are_refused(tmp_path, entry):
     archive = write_zip(tmp_path / "evil.zip", {"fine.txt": b"ok", entry: b"pwned"})

@@ -110,7 +110,9 @@ def test_folder_layout_order_and_pixels(fake_folder, tmp_path):
     assert images.shape == (5, DRAWINGS, 1, SIZE, SIZE) and images.dtype == torch.uint8
     for character in range(5):
         for drawing in range(DRAWINGS):
-            np.testing.assert_array_equal(images[character, drawing, 0].numpy(), expected_drawing(character, drawing))
+            np.testing.assert_array_equal(
+                images[character, drawing, 0].numpy(), expected_drawing(character, drawing)
+            )
 
 
 def test_zip_and_torchvision_layouts_match_the_folder(fake_folder, fake_zips, tmp_path):
@@ -320,7 +322,9 @@ def small_release(characters: int = 10, drawings: int = 4) -> tuple[torch.Tensor
 
 def test_splits_are_consecutive_characters():
     images, names = small_release()
-    splits = omniglot_splits(images, names, split_sizes=(5, 2, 3), rotations=(0, 90), rotate_splits=("train",))
+    splits = omniglot_splits(
+        images, names, split_sizes=(5, 2, 3), rotations=(0, 90), rotate_splits=("train",)
+    )
     assert isinstance(splits["train"], RotatedClasses)
     assert isinstance(splits["val"], TensorImages) and isinstance(splits["test"], TensorImages)
     assert [splits[s].num_classes for s in ("train", "val", "test")] == [10, 2, 3]
@@ -375,7 +379,9 @@ def test_split_inputs_are_checked():
 def real_omniglot(tmp_path_factory):
     root = shared_data_dir() / "omniglot"
     if not (root / "images_background.zip").is_file():
-        pytest.skip(f"real Omniglot not found at {root} (set UNITS_LIGHTNING_SHARED_DATA to the shared data folder)")
+        pytest.skip(
+            f"real Omniglot not found at {root} (set UNITS_LIGHTNING_SHARED_DATA to the shared data folder)"
+        )
     cache = tmp_path_factory.mktemp("omniglot-cache")
     start = time.perf_counter()
     images, names = load_omniglot(root, cache_dir=cache)

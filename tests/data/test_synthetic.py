@@ -29,6 +29,7 @@ def test_shapes_labels_and_names():
     images = glyphs.gather(torch.arange(21))
     assert images.shape == (21, 1, 28, 28) and images.dtype == torch.float32
     assert float(images.min()) == 0.0 and float(images.max()) == 1.0
+    assert glyphs.gather(torch.tensor([], dtype=torch.long)).shape == (0, 1, 28, 28)
     image, label = glyphs[5]
     assert image.shape == (1, 28, 28) and label == 1
     assert torch.equal(image, images[5])
@@ -60,7 +61,7 @@ def test_same_seed_same_pixels_other_seed_other_pixels():
     again = SyntheticGlyphs("train", seed=3, cache=False).gather(indices)
     other = SyntheticGlyphs("train", seed=4).gather(indices)
     assert torch.equal(first, again)
-    assert all(not torch.equal(a, b) for a, b in zip(first, other))
+    assert all(not torch.equal(a, b) for a, b in zip(first, other, strict=True))
 
 
 def test_an_image_does_not_depend_on_the_batch_or_the_cache():
@@ -73,6 +74,24 @@ def test_an_image_does_not_depend_on_the_batch_or_the_cache():
     cached.gather(indices[:10])  # fill part of the cache, then ask for a mix of cached and new images
     assert torch.equal(cached.gather(indices), batch)
     assert torch.equal(cached.gather(indices.flip(0)), batch.flip(0))
+
+
+def test_cache_draws_each_image_once(monkeypatch):
+    glyphs = SyntheticGlyphs("val", num_classes=5, images_per_class=4)
+    first = glyphs.gather(torch.tensor([0, 3, 7]))
+    drawn: list[list[int]] = []
+    original = SyntheticGlyphs.draw
+
+    def counting_draw(self, indices):
+        drawn.append(sorted(indices.tolist()))
+        return original(self, indices)
+
+    monkeypatch.setattr(SyntheticGlyphs, "draw", counting_draw)
+    again = glyphs.gather(torch.tensor([7, 0, 3, 3, 12]))
+    assert drawn == [[12]]  # only the image not seen before, once
+    assert torch.equal(again[:3], first[[2, 0, 1]])
+    glyphs.gather(torch.tensor([12, 0]))
+    assert drawn == [[12]]
 
 
 def test_num_classes_does_not_change_a_class():

@@ -55,7 +55,7 @@ class OmniglotDataModule(EpisodicDataModule):
         root: folder with ``images_background`` and ``images_evaluation`` (folders or zips), or where
             to download them with ``download: true``.
         download: fetch the data through torchvision if it is missing.
-        cache_dir: writable folder for extracted zips and decoded tensors (default
+        cache_dir: writable folder for the decoded image tensor (default
             ``$UNITS_LIGHTNING_CACHE`` or ``~/.cache/units-lightning``).
         image_size: side of the resized square images.
         rotations: rotation angles (multiples of 90) that augment the train classes; ``[0]`` for none.

@@ -148,7 +148,8 @@ def list_folder(folder: Path) -> list[OmniglotFile]:
     Hidden entries and non-PNG files are ignored.
     """
     files = []
-    for alphabet in sorted(entry.name for entry in os.scandir(folder) if entry.is_dir() and _visible(entry.name)):
+    alphabets = sorted(e.name for e in os.scandir(folder) if e.is_dir() and _visible(e.name))
+    for alphabet in alphabets:
         alphabet_dir = folder / alphabet
         characters = sorted(e.name for e in os.scandir(alphabet_dir) if e.is_dir() and _visible(e.name))
         for character in characters:
@@ -189,7 +190,9 @@ def _zip_reader(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> Callable[[],
     return lambda: archive.read(info)
 
 
-def group_by_character(files: Sequence[OmniglotFile], source: Path) -> tuple[list[str], list[list[OmniglotFile]]]:
+def group_by_character(
+    files: Sequence[OmniglotFile], source: Path
+) -> tuple[list[str], list[list[OmniglotFile]]]:
     """Group sorted drawings by character and check that every character has as many drawings.
 
     Args:
@@ -216,7 +219,7 @@ def group_by_character(files: Sequence[OmniglotFile], source: Path) -> tuple[lis
             "it is empty or not Omniglot. Delete it and download again."
         )
     expected = len(groups[0])
-    for name, group in zip(names, groups):
+    for name, group in zip(names, groups, strict=True):
         if len(group) != expected:
             raise ValueError(
                 f"{source}: character {name} has {len(group)} drawings but {names[0]} has {expected}; "
@@ -365,12 +368,14 @@ def load_omniglot(
 
     names: list[str] = []
     parts: list[Tensor] = []
-    for source, set_name in zip(sources, OMNIGLOT_SETS):
+    for source, set_name in zip(sources, OMNIGLOT_SETS, strict=True):
         if source.is_file():
             try:
                 archive = zipfile.ZipFile(source)
             except zipfile.BadZipFile as error:
-                raise ValueError(f"{source} is not a valid zip archive ({error}); delete it and download again") from error
+                raise ValueError(
+                    f"{source} is not a valid zip archive ({error}); delete it and download again"
+                ) from error
             with archive:
                 set_names, groups = group_by_character(list_zip(archive, source, set_name), source)
                 parts.append(decode_characters(groups, image_size))
@@ -425,11 +430,14 @@ def omniglot_splits(
     if len(names) != images.shape[0]:
         raise ValueError(f"got {len(names)} names for {images.shape[0]} characters")
     if len(split_sizes) != len(SPLIT_NAMES) or any(int(size) < 0 for size in split_sizes):
-        raise ValueError(f"split_sizes must be three non-negative counts (train, val, test), got {list(split_sizes)}")
+        raise ValueError(
+            f"split_sizes must be three non-negative counts (train, val, test), got {list(split_sizes)}"
+        )
     if sum(split_sizes) > images.shape[0]:
         raise ValueError(
             f"split_sizes {list(split_sizes)} need {sum(split_sizes)} characters but only {images.shape[0]} "
-            f"are loaded; make them sum to at most {images.shape[0]} (the paper's split is {list(DEFAULT_SPLIT_SIZES)})"
+            f"are loaded; make them sum to at most {images.shape[0]} "
+            f"(the paper's split is {list(DEFAULT_SPLIT_SIZES)})"
         )
     unknown = sorted(set(rotate_splits) - set(SPLIT_NAMES))
     if unknown:
@@ -438,7 +446,7 @@ def omniglot_splits(
     per_character = images.shape[1]
     splits: dict[str, FewShotImages] = {}
     start = 0
-    for split, size in zip(SPLIT_NAMES, split_sizes):
+    for split, size in zip(SPLIT_NAMES, split_sizes, strict=True):
         size = int(size)
         chunk = images[start : start + size]
         split_images = TensorImages(

@@ -34,12 +34,11 @@ MAX_SHIFT = 2.0  # reference pixels
 # Curve samples per reference pixel of canvas width: spacing well under a pixel on any stroke we draw.
 SAMPLES_PER_PIXEL = 1.5
 
-_MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _CLASS_STREAM = np.uint64(0xC1A55)
 _IMAGE_STREAM = np.uint64(0x1A6E)
 
-# Uniform draws per class and per image (slot layout documented in _class_geometry / _image_pose).
+# Uniform draws per class and per image (their layout: see class_geometry and image_pose).
 _CLASS_DRAWS = 2 + MAX_STROKES * 8
 _FIT_SAMPLES = 17
 _IMAGE_DRAWS = MAX_STROKES * 4 * 2 + 1 + 1 + 1 + 2
@@ -245,7 +244,8 @@ def rasterise(points: Tensor, active: Tensor, width: Tensor, image_size: int, ma
     corner = (sample_image * padded + nearest[:, 1]) * padded + nearest[:, 0]  # (N,)
     window = offsets[:, None] * padded + offsets[None, :]  # (K, K) flat offsets, rows are y
     canvas = torch.zeros(batch * padded * padded)
-    canvas.scatter_reduce_(0, (corner[:, None, None] + window).reshape(-1), intensity.reshape(-1), reduce="amax")
+    stamped = (corner[:, None, None] + window).reshape(-1)
+    canvas.scatter_reduce_(0, stamped, intensity.reshape(-1), reduce="amax")
     return canvas.reshape(batch, padded, padded)[:, reach : reach + image_size, reach : reach + image_size]
 
 
@@ -322,6 +322,8 @@ class SyntheticGlyphs(FewShotImages):
                 f"indices must lie in [0, {len(self)}) for split {self.split!r}, "
                 f"got [{int(indices.min())}, {int(indices.max())}]"
             )
+        if not indices.numel():
+            return torch.empty(0, *self.image_shape)
         if not self.cache:
             return self.draw(indices).float().div_(255.0)
         if self._images is None or self._drawn is None:

@@ -1,0 +1,123 @@
+"""The command line: a fit smoke test, a custom sampler plugged in from YAML, and a real offline W&B run."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from tiny_setup import REPO
+from units_lightning.cli import cli_main
+from units_lightning.samplers import TaskSampler
+from units_lightning.wandb_offline import find_offline_runs, read_history
+
+QUICKSTART = REPO / "configs" / "quickstart.yaml"
+# Shrinks the quick start to seconds: tiny images, a narrow net, few steps and validation tasks.
+FAST = ["--trainer.max_epochs=2", "--trainer.limit_train_batches=3", "--trainer.log_every_n_steps=1",
+        "--model.filters=4", "--model.inner_steps=1", "--data.image_size=16", "--data.val_tasks=4",
+        "--data.eval_batch_tasks=2", "--data.train_classes=40", "--data.eval_classes=10",
+        "--data.images_per_class=12", "--trainer.enable_progress_bar=false"]
+
+
+class LeastUncertainSampler(TaskSampler):
+    """A user's sampler: draws tasks from classes close in id (harder tasks) and keeps the LEAST uncertain set."""
+
+    instances = []
+
+    def __init__(self, tasks: int = 2, query_sets: int = 3, spread: int = 8):
+        super().__init__(tasks=tasks, query_sets=query_sets)
+        self.spread = spread
+        self.selections = 0
+        LeastUncertainSampler.instances.append(self)
+
+    def draw_classes(self, rng, step):
+        first = rng.integers(0, len(self._pools) - self.spread)
+        return first + rng.choice(self.spread, size=self.spec.n_way, replace=False)
+
+    def choose(self, scores):
+        self.selections += 1
+        mask = torch.zeros_like(scores, dtype=torch.bool)
+        mask[torch.arange(scores.shape[0]), scores.argmin(dim=1)] = True
+        return mask
+
+
+def run_cli(*args):
+    return cli_main(["fit", "--config", str(QUICKSTART), *FAST, *args])
+
+
+def test_fit_smoke_writes_checkpoint_and_summary(tmp_path, capsys):
+    cli = run_cli(f"--trainer.default_root_dir={tmp_path}", "--trainer.logger=lightning.pytorch.loggers.CSVLogger",
+                  f"--trainer.logger.save_dir={tmp_path}")
+    log_dir = Path(cli.trainer.log_dir)
+    assert log_dir.is_relative_to(tmp_path)
+    summary = json.loads((log_dir / "summary.json").read_text())
+    assert summary["steps"] == 6
+    assert 0.0 <= summary["val_accuracy"] <= 1.0
+    for key in ("val_vacuity", "val_dissonance", "val_incorrect_belief", "wall_time_s"):
+        assert summary[key] is not None
+    assert summary["labels"]["query_sets"] == 6 * 4
+    assert "units-lightning fit summary" in capsys.readouterr().out
+    assert list((log_dir / "checkpoints").glob("*.ckpt"))
+    assert cli.model.sampler is cli.datamodule.sampler
+
+
+def test_custom_sampler_from_yaml_trains(tmp_path):
+    config = {
+        "data": {
+            "class_path": "units_lightning.data.SyntheticGlyphsDataModule",
+            "init_args": {"sampler": {"class_path": f"{__name__}.LeastUncertainSampler",
+                                      "init_args": {"tasks": 2, "query_sets": 3, "spread": 6}}},
+        },
+        "trainer": {"logger": False, "default_root_dir": str(tmp_path), "enable_checkpointing": False},
+    }
+    path = tmp_path / "custom.yaml"
+    path.write_text(yaml.safe_dump(config))
+    LeastUncertainSampler.instances.clear()
+    cli = run_cli("--config", str(path))
+    sampler = cli.datamodule.sampler
+    assert type(sampler).__name__ == "LeastUncertainSampler" and sampler.spread == 6
+    assert cli.model.sampler is sampler
+    assert sampler.selections == 6
+    assert cli.model.ledger.query_sets == 6 * 2
+    assert cli.trainer.global_step == 6
+
+
+def test_bad_sampler_argument_is_rejected_by_the_config_parser(tmp_path):
+    with pytest.raises(SystemExit):
+        run_cli("--data.sampler.init_args.tasks=many", f"--trainer.default_root_dir={tmp_path}")
+
+
+def test_real_offline_wandb_run_holds_the_belief_keys(tmp_path):
+    cli = run_cli(f"--trainer.logger.init_args.save_dir={tmp_path}", f"--trainer.default_root_dir={tmp_path}")
+    cli.trainer.logger.experiment.finish()  # what the process exit does for a command-line run: flush to disk
+    (run,) = find_offline_runs(tmp_path)
+    rows = read_history(run)
+    keys = set().union(*rows)
+    expected = {
+        "train/loss_step", "train/acc_step", "train/vacuity_step", "train/dissonance_step",
+        "train/incorrect_belief_step", "train/correct_belief_step", "train/vacuity_epoch",
+        "val/acc", "val/vacuity", "val/dissonance", "val/incorrect_belief", "val/correct_belief",
+        "schedule/lambda", "schedule/eta", "labels/query_sets", "labels/query_images", "labels/support_images",
+        "selection/uncertainty_chosen_step",
+    }
+    assert expected <= keys, expected - keys
+    vacuity = [row["train/vacuity_step"] for row in rows if "train/vacuity_step" in row]
+    assert all(0.0 < v <= 1.0 for v in vacuity)
+    query_sets = [row["labels/query_sets"] for row in rows if "labels/query_sets" in row]
+    assert query_sets == sorted(query_sets) and query_sets[-1] == 6 * 4
+    summary = json.loads((run / "files" / "summary.json").read_text())
+    assert summary["steps"] == 6
+
+
+def test_console_script_and_module_entry_points_print_help():
+    for command in (["units-lightning"], [sys.executable, "-m", "units_lightning"]):
+        if command[0] == "units-lightning":
+            command = [str(REPO / ".venv" / "bin" / "units-lightning")] if (REPO / ".venv" / "bin" / "units-lightning").exists() else command
+        done = subprocess.run([*command, "fit", "--help"], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert "--data CONFIG | CLASS_PATH_OR_NAME | .INIT_ARGS.NAME VALUE" in done.stdout or "--data" in done.stdout
+        assert "--model.inner_steps" in done.stdout

@@ -1,0 +1,113 @@
+import lightning.pytorch as pl
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from tiny_setup import tiny_data, tiny_model, tiny_trainer
+from units_lightning.losses import CrossEntropyLoss
+from units_lightning.module import UnitsMAML
+from units_lightning.samplers import MultiQuerySampler, RandomSampler, SingleTaskSelectionSampler
+
+
+@pytest.mark.parametrize("sampler,labeled_per_step,support_per_step", [
+    (RandomSampler(tasks=3), 3, 3),
+    (SingleTaskSelectionSampler(tasks=2, candidates=4), 2, 4),
+    (MultiQuerySampler(tasks=2, query_sets=3), 2, 2),
+], ids=["random", "units-st", "multi-query"])
+def test_every_sampler_trains_and_the_ledger_counts_what_was_labeled(tmp_path, sampler, labeled_per_step, support_per_step):
+    model = tiny_model()
+    tiny_trainer(tmp_path, max_steps=3).fit(model, tiny_data(sampler))
+    assert model.ledger.query_sets == 3 * labeled_per_step
+    assert model.ledger.query_images == 3 * labeled_per_step * 5
+    assert model.ledger.support_images == 3 * support_per_step * 5
+
+
+def test_meta_update_changes_the_initialisation_with_second_order_gradients(tmp_path):
+    pl.seed_everything(0, verbose=False)
+    model = tiny_model(first_order=False)
+    before = torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()
+    tiny_trainer(tmp_path, max_steps=2).fit(model, tiny_data(RandomSampler(tasks=2)))
+    after = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+    assert not torch.equal(before, after)
+
+
+def test_validation_adapts_even_under_inference_mode(tmp_path):
+    model = tiny_model(inner_steps=2)
+    data = tiny_data(RandomSampler(tasks=2))
+    trainer = tiny_trainer(tmp_path, inference_mode=True, limit_val_batches=None)
+    (metrics,) = trainer.validate(model, data, verbose=False)
+    assert set(metrics) >= {"val/acc", "val/loss", "val/vacuity", "val/dissonance", "val/incorrect_belief",
+                            "val/correct_belief"}
+    assert 0.0 <= metrics["val/acc"] <= 1.0
+    (metrics,) = trainer.test(model, data, verbose=False)
+    assert "test/acc" in metrics
+
+
+def test_evaluation_adapts_to_the_support_set():
+    # From a random initialisation, inner steps on a support set must fit that support set better.
+    data = tiny_data(RandomSampler(tasks=2))
+    data.setup("validate")
+    batch = data.val_dataloader().dataset[0]
+    support_loss = {}
+    for steps in (0, 10):
+        pl.seed_everything(0, verbose=False)
+        model = tiny_model(eval_inner_steps=steps, inner_lr=0.5, filters=8)
+        logits = model.adapt_and_predict(batch.support_x, batch.support_y, batch.support_x)
+        support_loss[steps] = model.loss(logits, batch.support_y).item()
+    assert support_loss[10] < 0.8 * support_loss[0]
+
+
+def test_ledger_lives_in_checkpoints_and_resumes(tmp_path):
+    checkpoints = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, every_n_train_steps=1)
+    model = tiny_model()
+    tiny_trainer(tmp_path, max_steps=3, enable_checkpointing=True, callbacks=[checkpoints]).fit(
+        model, tiny_data(MultiQuerySampler(tasks=2, query_sets=2)))
+    saved = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)
+    assert saved["label_ledger"]["query_sets"] == 6
+    resumed = tiny_model()
+    tiny_trainer(tmp_path, max_steps=5).fit(resumed, tiny_data(MultiQuerySampler(tasks=2, query_sets=2)),
+                                          ckpt_path=tmp_path / "ckpt" / "last.ckpt")
+    assert resumed.ledger.query_sets == 10
+    assert resumed.ledger.support_images == 5 * 2 * 5
+
+
+def test_label_budget_ends_training_when_spent(tmp_path):
+    model = tiny_model(label_budget=5)
+    trainer = tiny_trainer(tmp_path, max_steps=100)
+    trainer.fit(model, tiny_data(MultiQuerySampler(tasks=2, query_sets=2)))
+    assert trainer.global_step == 3
+    assert model.ledger.query_sets == 6 and model.ledger.exhausted
+
+
+def test_plain_maml_is_a_config_away(tmp_path):
+    model = tiny_model(loss=CrossEntropyLoss())
+    trainer = tiny_trainer(tmp_path, max_steps=2)
+    trainer.fit(model, tiny_data(RandomSampler(tasks=2)))
+    assert torch.isfinite(trainer.callback_metrics["train/loss"])
+
+
+def test_non_finite_loss_stops_with_a_clear_error_and_keeps_checkpoints(tmp_path):
+    class Exploding(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(256, 5)
+            self.calls = 0
+
+        def forward(self, x):
+            return self.linear(x.flatten(1)) * float("nan")
+
+    model = UnitsMAML(n_way=5, image_shape=(1, 16, 16), backbone=Exploding(), inner_steps=1)
+    with pytest.raises(FloatingPointError, match="non-finite meta-loss .* step 0"):
+        tiny_trainer(tmp_path).fit(model, tiny_data(RandomSampler(tasks=2)))
+
+
+def test_mismatched_ways_between_model_and_data_are_caught_before_training(tmp_path):
+    with pytest.raises(ValueError, match=r"model.n_way=5 but data.n_way=3"):
+        tiny_trainer(tmp_path).fit(tiny_model(), tiny_data(RandomSampler(tasks=2), n_way=3))
+
+
+def test_too_many_ways_for_a_split_fails_before_the_first_step(tmp_path):
+    model = tiny_model(n_way=20)
+    with pytest.raises(ValueError, match=r"n_way=20 but split 'val' has only 10 classes"):
+        tiny_trainer(tmp_path).fit(model, tiny_data(RandomSampler(tasks=2), n_way=20))
+    assert model.ledger.query_sets == 0

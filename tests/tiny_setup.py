@@ -1,0 +1,34 @@
+"""Small building blocks shared by the tests (importable because pytest puts tests/ on the path)."""
+
+import os
+from pathlib import Path
+
+import lightning.pytorch as pl
+
+from units_lightning.data import SyntheticGlyphsDataModule
+from units_lightning.module import UnitsMAML
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("UNITS_LIGHTNING_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+def tiny_data(sampler, **kwargs) -> SyntheticGlyphsDataModule:
+    """A small glyph data module: 5-way 1-shot, 16x16 images, kept small so a step takes milliseconds."""
+    options = dict(n_way=5, k_shot=1, query_shots=1, eval_query_shots=2, val_tasks=4, test_tasks=4,
+                   eval_batch_tasks=2, train_classes=40, eval_classes=10, images_per_class=12, image_size=16)
+    options.update(kwargs)
+    return SyntheticGlyphsDataModule(sampler=sampler, **options)
+
+
+def tiny_model(**kwargs) -> UnitsMAML:
+    options = dict(n_way=5, image_shape=(1, 16, 16), filters=4, inner_steps=1, inner_lr=0.2, lr=0.005)
+    options.update(kwargs)
+    return UnitsMAML(**options)
+
+
+def tiny_trainer(tmp_path: Path, **kwargs) -> pl.Trainer:
+    options = dict(accelerator="cpu", devices=1, max_steps=4, limit_train_batches=1000, limit_val_batches=0,
+                   logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                   enable_model_summary=False, inference_mode=False, default_root_dir=tmp_path)
+    options.update(kwargs)
+    return pl.Trainer(**options)
