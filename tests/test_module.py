@@ -64,6 +64,10 @@ def test_ledger_lives_in_checkpoints_and_resumes(tmp_path):
         model, tiny_data(MultiQuerySampler(tasks=2, query_sets=2)))
     saved = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)
     assert saved["label_ledger"]["query_sets"] == 6
+    loaded = UnitsMAML.load_from_checkpoint(tmp_path / "ckpt" / "last.ckpt")
+    assert torch.equal(torch.nn.utils.parameters_to_vector(loaded.parameters()),
+                       torch.nn.utils.parameters_to_vector(model.parameters()))
+    assert loaded.ledger.query_sets == 6 and loaded.inner_steps == model.inner_steps
     resumed = tiny_model()
     tiny_trainer(tmp_path, max_steps=5).fit(resumed, tiny_data(MultiQuerySampler(tasks=2, query_sets=2)),
                                           ckpt_path=tmp_path / "ckpt" / "last.ckpt")
@@ -99,6 +103,12 @@ def test_non_finite_loss_stops_with_a_clear_error_and_keeps_checkpoints(tmp_path
     model = UnitsMAML(n_way=5, image_shape=(1, 16, 16), backbone=Exploding(), inner_steps=1)
     with pytest.raises(FloatingPointError, match="non-finite meta-loss .* step 0"):
         tiny_trainer(tmp_path).fit(model, tiny_data(RandomSampler(tasks=2)))
+
+
+def test_a_second_sampler_on_the_model_is_refused(tmp_path):
+    model = tiny_model(sampler=RandomSampler(tasks=2))
+    with pytest.raises(ValueError, match="different task samplers"):
+        tiny_trainer(tmp_path).fit(model, tiny_data(MultiQuerySampler(tasks=2, query_sets=2)))
 
 
 def test_mismatched_ways_between_model_and_data_are_caught_before_training(tmp_path):

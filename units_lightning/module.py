@@ -48,7 +48,8 @@ class UnitsMAML(pl.LightningModule):
         eta: schedule of the incorrect-belief regulariser weight (default ``min(2, 0.2 E)``).
         schedule_steps_per_epoch: count a schedule epoch every this many steps instead of using the
             trainer's epoch (the paper's label-budget setting uses 100).
-        sampler: the task sampler; by default the one of the trainer's data module.
+        sampler: the task sampler, only for training without an ``EpisodicDataModule``; by default the
+            data module's sampler, which both draws the candidate tasks and chooses among them.
         label_budget: stop training once this many query sets have been labeled (the paper: 10,000).
     """
 
@@ -92,8 +93,12 @@ class UnitsMAML(pl.LightningModule):
 
     def setup(self, stage: str) -> None:
         datamodule = getattr(self.trainer, "datamodule", None)
+        data_sampler = getattr(datamodule, "sampler", None)
+        if data_sampler is not None and self.sampler is not None and self.sampler is not data_sampler:
+            raise ValueError("the model and the data module hold different task samplers: the sampler that draws "
+                             "the tasks must also choose among them, so give it to the data module only")
         if self.sampler is None and stage == "fit":
-            self.sampler = getattr(datamodule, "sampler", None)
+            self.sampler = data_sampler
             if self.sampler is None:
                 raise ValueError("UnitsMAML needs a task sampler: pass sampler=... or train with an EpisodicDataModule")
         data_way = getattr(datamodule, "n_way", self.n_way)
