@@ -14,7 +14,7 @@ from units_lightning.data.images import FewShotImages
 from units_lightning.samplers.base import TaskSampler
 from units_lightning.samplers.random import RandomSampler
 
-__all__ = ["EpisodeDataset", "EpisodicDataModule", "StepSampler", "build_batch"]
+__all__ = ["EpisodeDataset", "EpisodeLoader", "EpisodicDataModule", "StepSampler", "build_batch"]
 
 _STREAMS = {"train": 0, "val": 1, "test": 2, "predict": 3}
 
@@ -92,6 +92,17 @@ class StepSampler(Sampler[int]):
 
 def _identity(batch: TaskBatch) -> TaskBatch:
     return batch
+
+
+class EpisodeLoader(DataLoader):
+    """The training loader. Its position is the trainer's ``global_step`` (read by ``StepSampler``), which
+    the checkpoint already holds, so it resumes mid-epoch exactly and has no state of its own to save."""
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
 
 
 class EpisodicDataModule(pl.LightningDataModule):
@@ -183,16 +194,16 @@ class EpisodicDataModule(pl.LightningDataModule):
     def _rank(self) -> int:
         return self.trainer.global_rank if self.trainer is not None else 0
 
-    def _loader(self, dataset: Dataset, **kwargs) -> DataLoader:
-        return DataLoader(dataset, batch_size=None, collate_fn=_identity, num_workers=self.num_workers,
-                          persistent_workers=self.num_workers > 0, **kwargs)
+    def _loader(self, dataset: Dataset, loader: type[DataLoader] = DataLoader, **kwargs) -> DataLoader:
+        return loader(dataset, batch_size=None, collate_fn=_identity, num_workers=self.num_workers,
+                      persistent_workers=self.num_workers > 0, **kwargs)
 
     def train_dataloader(self) -> DataLoader:
         if self.sampler.spec is None:
             self.setup("fit")
         dataset = EpisodeDataset(self.split("train"), self.sampler, self.seed, "train", self._rank)
         start = (lambda: self.trainer.global_step) if self.trainer is not None else (lambda: 0)
-        return self._loader(dataset, sampler=StepSampler(start))
+        return self._loader(dataset, EpisodeLoader, sampler=StepSampler(start))
 
     def _eval_loader(self, name: str, num_tasks: int) -> DataLoader:
         if name not in self._eval_samplers:
