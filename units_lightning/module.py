@@ -138,9 +138,9 @@ class UnitsMAML(pl.LightningModule):
 
     @torch.no_grad()
     def score_query_sets(self, adapted: Any, query_x: Tensor, lam: float) -> Tensor:
-        """Task uncertainty of every candidate query set, (T, Q); zeros if the sampler ignores scores."""
+        """Task uncertainty of every candidate query set, (T, Q); zeros when the sampler will not use them."""
         num_tasks, num_sets = query_x.shape[:2]
-        if not self.sampler.uses_scores:
+        if not self.sampler.needs_scores(self.global_step):
             return query_x.new_zeros(num_tasks, num_sets)
         task_index = torch.arange(num_tasks, device=query_x.device).repeat_interleave(num_sets)
         logits = self.engine.predict(adapted, query_x.flatten(0, 1), task_index)
@@ -209,7 +209,7 @@ class UnitsMAML(pl.LightningModule):
             "train/correct_belief": beliefs.correct.mean(),
             "selection/uncertainty_chosen": task_uncertainty(beliefs.vacuity, beliefs.dissonance, lam).mean(),
         }
-        if self.sampler.uses_scores and not bool(chosen.all()):
+        if self.sampler.needs_scores(self.global_step) and not bool(chosen.all()):
             values["selection/uncertainty_rejected"] = scores[~chosen].mean()
         self.log("train/acc", values.pop("train/acc"), on_step=True, on_epoch=True, prog_bar=True,
                  batch_size=num_chosen)

@@ -89,6 +89,7 @@ def test_too_few_images_per_class_is_reported_before_sampling():
 def test_multi_query_selects_the_most_uncertain_set_of_each_task_after_warmup():
     sampler = MultiQuerySampler(tasks=3, query_sets=4, warmup_steps=10)
     scores = torch.tensor([[0.1, 0.9, 0.2, 0.3], [0.5, 0.4, 0.3, 0.2], [0.0, 0.1, 0.2, 0.7]])
+    assert not sampler.needs_scores(9) and sampler.needs_scores(10)
     warm = sampler.select(scores, step=9)
     assert warm[:, 0].all() and warm.sum() == 3
     chosen = sampler.select(scores, step=10)
@@ -106,7 +107,7 @@ def test_units_st_keeps_the_i_most_uncertain_of_j_tasks():
 
 def test_random_sampler_keeps_everything_and_needs_no_scores():
     sampler = RandomSampler(tasks=4)
-    assert not sampler.uses_scores
+    assert not sampler.uses_scores and not sampler.needs_scores(10**6)
     assert sampler.select(torch.zeros(4, 1), step=0).all()
 
 

@@ -136,12 +136,16 @@ class TaskSampler:
 
     # --- choosing what to label (model side) ----------------------------------------------------------
 
+    def needs_scores(self, step: int) -> bool:
+        """Whether ``select`` at ``step`` looks at the scores (if not, the model skips the scoring pass)."""
+        return self.uses_scores and step >= self.warmup_steps
+
     def select(self, scores: Tensor, step: int) -> Tensor:
         """Mask of the query sets to label at ``step``.
 
         Args:
-            scores: (T, Q) task uncertainty of every candidate query set (higher = more informative).
-                May be all zeros when ``uses_scores`` is False.
+            scores: (T, Q) task uncertainty of every candidate query set (higher = more informative);
+                all zeros when ``needs_scores(step)`` is False.
             step: the global step.
 
         Returns:
