@@ -121,3 +121,13 @@ def test_console_script_and_module_entry_points_print_help():
         assert done.returncode == 0, done.stderr
         assert "--data CONFIG | CLASS_PATH_OR_NAME | .INIT_ARGS.NAME VALUE" in done.stdout or "--data" in done.stdout
         assert "--model.inner_steps" in done.stdout
+
+
+@pytest.mark.parametrize("config", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_shipped_config_parses(config, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["fit", "--config", str(config), "--print_config"])
+    assert exit_info.value.code in (0, None)
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["trainer"]["inference_mode"] is False
+    assert printed["trainer"]["logger"]["init_args"]["offline"] is True
