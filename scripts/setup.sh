@@ -7,7 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
-pip_() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@"; }
+# Quiet pip; drop the notices about configured package indexes that hold nothing for a package.
+pip_() {
+  "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+}
 
 if [ ! -x "$VENV/bin/python" ]; then
   echo "[setup] creating $VENV with $($PYTHON --version)"
