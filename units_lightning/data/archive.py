@@ -134,6 +134,14 @@ def extraction_marker(zip_path: Path) -> str:
     return f".extracted-{zip_path.name}-{status.st_size}-{status.st_mtime_ns}"
 
 
+def open_zip(zip_path: str | Path) -> zipfile.ZipFile:
+    """Open a zip archive, or raise ValueError naming it when it is not a valid one."""
+    try:
+        return zipfile.ZipFile(zip_path)
+    except zipfile.BadZipFile as error:
+        raise ValueError(f"{zip_path} is not a valid zip archive ({error}); delete it and download it again") from error
+
+
 def safe_extract(
     zip_path: str | Path,
     dest: str | Path,
@@ -169,13 +177,7 @@ def safe_extract(
     marker = extraction_marker(zip_path)
     if (dest / marker).is_file():
         return dest
-    try:
-        archive = zipfile.ZipFile(zip_path)
-    except zipfile.BadZipFile as error:
-        raise ValueError(
-            f"{zip_path} is not a valid zip archive ({error}); delete it and download it again"
-        ) from error
-    with archive:
+    with open_zip(zip_path) as archive:
         members = check_zip_members(archive, str(zip_path), max_total_bytes, max_ratio)
         dest.mkdir(parents=True, exist_ok=True)
         # Leftovers of an interrupted extraction of this archive (extract one archive into one ``dest``

@@ -26,7 +26,7 @@ import torch
 from PIL import Image
 from torch import Tensor
 
-from units_lightning.data.archive import check_zip_members, default_cache_dir
+from units_lightning.data.archive import check_zip_members, default_cache_dir, open_zip
 from units_lightning.data.images import FewShotImages, RotatedClasses, TensorImages
 
 OMNIGLOT_SETS = ("images_background", "images_evaluation")
@@ -370,13 +370,7 @@ def load_omniglot(
     parts: list[Tensor] = []
     for source, set_name in zip(sources, OMNIGLOT_SETS, strict=True):
         if source.is_file():
-            try:
-                archive = zipfile.ZipFile(source)
-            except zipfile.BadZipFile as error:
-                raise ValueError(
-                    f"{source} is not a valid zip archive ({error}); delete it and download again"
-                ) from error
-            with archive:
+            with open_zip(source) as archive:
                 set_names, groups = group_by_character(list_zip(archive, source, set_name), source)
                 parts.append(decode_characters(groups, image_size))
         else:
