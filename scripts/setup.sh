@@ -24,7 +24,7 @@ if ! "$VENV/bin/python" -c "import torch, torchvision" 2>/dev/null; then
     || pip_ install torch torchvision
 fi
 
-if ! "$VENV/bin/python" -c "import learn2learn" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import learn2learn" >/dev/null 2>&1; then
   # learn2learn 0.2.0's shipped C files predate Python 3.11: rebuild them with a current Cython,
   # and skip its declared requirements (gsutil, qpth -> numpy<2) that MAML does not need.
   echo "[setup] building learn2learn 0.2.0"
@@ -34,4 +34,10 @@ fi
 
 echo "[setup] installing units-lightning (editable) with test extras"
 pip_ install -e ".[test]"
-"$VENV/bin/python" -c "import units_lightning, learn2learn, lightning, wandb; print('[setup] ok: units_lightning', units_lightning.__version__, '| lightning', lightning.__version__, '| learn2learn', learn2learn.__version__)"
+"$VENV/bin/python" - <<'PY'
+import lightning, torch, units_lightning, wandb
+from units_lightning.engines.learn2learn import import_learn2learn
+
+print(f"[setup] ok: units_lightning {units_lightning.__version__} | torch {torch.__version__} | "
+      f"lightning {lightning.__version__} | learn2learn {import_learn2learn().__version__} | wandb {wandb.__version__}")
+PY
