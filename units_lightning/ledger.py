@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -12,12 +13,19 @@ from units_lightning.data.episode import TaskBatch
 __all__ = ["LabelLedger"]
 
 
+def _same(counts: Tensor) -> Tensor:
+    return counts
+
+
 class LabelLedger:
     """Reveals the labels of chosen query sets and counts every label the learner consumed.
 
-    Support sets are labeled by assumption (the inner loop needs them), so their images are counted when a
-    task is adapted. Query labels are revealed only for the query sets the sampler chose; the labels of the
-    other query sets are never read, so they cannot influence training.
+    Support sets are labeled by assumption (the inner loop needs them), so the support images of every
+    adapted task count. Query labels are revealed only for the query sets the sampler chose; the labels of
+    the other query sets are never read, so they cannot influence training.
+
+    Under data-parallel training each rank reveals its own labels; ``reduce`` (set by the module to a sum
+    over ranks) makes every rank's ledger count the labels of all ranks, so the budget is global.
 
     Args:
         budget: optional number of labeled query sets after which training should stop (the paper's
@@ -27,6 +35,7 @@ class LabelLedger:
         support_images: labeled support images used so far.
         query_images: labeled query images revealed so far.
         query_sets: labeled query sets revealed so far.
+        reduce: sums a tensor of counts over ranks (identity by default).
     """
 
     def __init__(self, budget: int | None = None):
@@ -36,16 +45,13 @@ class LabelLedger:
         self.support_images = 0
         self.query_images = 0
         self.query_sets = 0
-
-    def count_support(self, batch: TaskBatch) -> None:
-        """Count the support labels of every task of ``batch`` (all of them are adapted)."""
-        self.support_images += int(batch.support_y.numel())
+        self.reduce: Callable[[Tensor], Tensor] = _same
 
     def reveal(self, batch: TaskBatch, chosen: Tensor) -> Tensor:
-        """Labels of the chosen query sets, in row-major order of ``chosen``.
+        """Labels of the chosen query sets, in row-major order of ``chosen``; counts this step's labels.
 
         Args:
-            batch: the batch whose sealed query labels to open.
+            batch: the batch whose sealed query labels to open (all its support sets count as labeled).
             chosen: (T, Q) bool mask of the query sets to label.
 
         Returns:
@@ -60,8 +66,11 @@ class LabelLedger:
                 f"got {chosen.dtype} {tuple(chosen.shape)}"
             )
         labels = batch.query_y._labels[chosen.to(batch.query_y._labels.device)]
-        self.query_sets += int(labels.shape[0])
-        self.query_images += int(labels.numel())
+        counts = torch.tensor([batch.support_y.numel(), labels.numel(), labels.shape[0]], device=labels.device)
+        support_images, query_images, query_sets = (int(c) for c in self.reduce(counts))
+        self.support_images += support_images
+        self.query_images += query_images
+        self.query_sets += query_sets
         return labels
 
     @staticmethod

@@ -101,6 +101,8 @@ class UnitsMAML(pl.LightningModule):
             self.sampler = data_sampler
             if self.sampler is None:
                 raise ValueError("UnitsMAML needs a task sampler: pass sampler=... or train with an EpisodicDataModule")
+        if self.trainer.world_size > 1:
+            self.ledger.reduce = partial(self.trainer.strategy.reduce, reduce_op="sum")
         data_way = getattr(datamodule, "n_way", self.n_way)
         if data_way != self.n_way:
             raise ValueError(f"model.n_way={self.n_way} but data.n_way={data_way}: set both to the same number")
@@ -119,7 +121,6 @@ class UnitsMAML(pl.LightningModule):
 
     def training_step(self, batch: TaskBatch, batch_idx: int) -> Tensor:
         lam, eta = self.lam(self.schedule_epoch), self.eta(self.schedule_epoch)
-        self.ledger.count_support(batch)
         adapted = self.engine.adapt(batch.support_x, batch.support_y, partial(self.loss, eta=eta),
                                     self.inner_steps, create_graph=not self.first_order)
         scores = self.score_query_sets(adapted, batch.query_x, lam)
@@ -190,8 +191,10 @@ class UnitsMAML(pl.LightningModule):
             "incorrect_belief": beliefs.incorrect.mean(),
             "correct_belief": beliefs.correct.mean(),
         }
-        self.log(f"{stage}/acc", values.pop("acc"), on_epoch=True, prog_bar=True, batch_size=batch.num_tasks)
-        self.log_dict({f"{stage}/{k}": v for k, v in values.items()}, on_epoch=True, batch_size=batch.num_tasks)
+        self.log(f"{stage}/acc", values.pop("acc"), on_epoch=True, prog_bar=True, batch_size=batch.num_tasks,
+                 sync_dist=True)
+        self.log_dict({f"{stage}/{k}": v for k, v in values.items()}, on_epoch=True, batch_size=batch.num_tasks,
+                      sync_dist=True)
         return loss
 
     # --- logging and checkpoints ----------------------------------------------------------------------

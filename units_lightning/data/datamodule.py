@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator, Mapping
 import lightning.pytorch as pl
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from units_lightning.data.episode import EpisodeIndices, EpisodeSpec, SealedLabels, TaskBatch
 from units_lightning.data.images import FewShotImages
@@ -73,15 +73,23 @@ class EpisodeDataset(Dataset):
         return build_batch(self.images, _concatenate([self.sampler.sample(self._rng(t), t) for t in tasks]), index)
 
 
-class StepSampler(Sampler[int]):
+class StepSampler(DistributedSampler):
     """Yields ``start(), start() + 1, ...`` without end: the step numbers of the episodes to draw.
 
     ``start`` is read each time an epoch begins (in the main process, also with workers), so that the
     stream continues at the trainer's ``global_step`` after an epoch boundary or a resume.
+
+    Every rank yields the same step numbers and draws its own tasks for them, because the rank is part of
+    the episode seed. The class derives from ``DistributedSampler`` only to say so to Lightning, which
+    would otherwise wrap it in a sampler that splits indices between ranks (and needs a length).
     """
 
-    def __init__(self, start: Callable[[], int]):
+    def __init__(self, start: Callable[[], int]):  # noqa: D107 (DistributedSampler's __init__ is not wanted)
         self.start = start
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        raise TypeError("the episode stream is endless: bound an epoch with trainer.limit_train_batches")
 
     def __iter__(self) -> Iterator[int]:
         step = self.start()

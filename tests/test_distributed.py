@@ -1,0 +1,49 @@
+"""Two-process data-parallel training on the CPU (gloo): ranks draw their own tasks, the ledger counts all."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+from tiny_setup import REPO
+
+SCRIPT = textwrap.dedent("""
+    import json, sys
+    import lightning.pytorch as pl
+    from lightning.pytorch.callbacks import Callback
+    sys.path.insert(0, {tests!r})
+    from tiny_setup import tiny_data, tiny_model
+    from units_lightning.samplers import MultiQuerySampler
+
+    class Record(Callback):
+        classes = []
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            self.classes.append(batch.classes.tolist())
+
+    pl.seed_everything(0, verbose=False)
+    model = tiny_model(label_budget=10)
+    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=50, limit_train_batches=100,
+                         limit_val_batches=2, val_check_interval=2, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, inference_mode=False,
+                         callbacks=[Record()])
+    trainer.fit(model, tiny_data(MultiQuerySampler(tasks=2, query_sets=2)))
+    print("RESULT " + json.dumps({{"rank": trainer.global_rank, "steps": trainer.global_step,
+                                  "ledger": model.ledger.state_dict(), "classes": Record.classes,
+                                  "val_acc": float(trainer.callback_metrics["val/acc"])}}), flush=True)
+""")
+
+
+def test_ddp_ranks_draw_different_tasks_and_share_one_label_budget(tmp_path):
+    script = tmp_path / "ddp_fit.py"
+    script.write_text(SCRIPT.format(tests=str(REPO / "tests")))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = {r["rank"]: r for r in (json.loads(line[7:]) for line in done.stdout.splitlines()
+                                      if line.startswith("RESULT "))}
+    assert set(results) == {0, 1}
+    # Each step labels 2 query sets per rank: 4 in all, so the budget of 10 ends training after 3 steps.
+    for result in results.values():
+        assert result["steps"] == 3
+        assert result["ledger"]["query_sets"] == 12 and result["ledger"]["support_images"] == 60
+    assert results[0]["classes"] != results[1]["classes"]
+    assert results[0]["val_acc"] == results[1]["val_acc"]
