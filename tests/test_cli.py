@@ -61,8 +61,15 @@ def test_fit_smoke_writes_checkpoint_and_summary(tmp_path, capsys):
         assert summary[key] is not None
     assert summary["labels"]["query_sets"] == 6 * 4
     assert "units-lightning fit summary" in capsys.readouterr().out
-    assert list((log_dir / "checkpoints").glob("*.ckpt"))
+    (checkpoint,) = (log_dir / "checkpoints").glob("*.ckpt")
     assert cli.model.sampler is cli.datamodule.sampler
+    for subcommand in ("validate", "test"):
+        evaluated = cli_main([subcommand, "--config", str(QUICKSTART), *FAST[3:], "--data.test_tasks=4",
+                              "--trainer.logger=false", f"--trainer.default_root_dir={tmp_path}",
+                              f"--ckpt_path={checkpoint}"])
+        prefix = "val" if subcommand == "validate" else "test"
+        assert 0.0 <= float(evaluated.trainer.callback_metrics[f"{prefix}/acc"]) <= 1.0
+        assert evaluated.model.ledger.query_sets == 6 * 4  # restored from the checkpoint
 
 
 def test_custom_sampler_from_yaml_trains(tmp_path):

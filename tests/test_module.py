@@ -121,3 +121,16 @@ def test_too_many_ways_for_a_split_fails_before_the_first_step(tmp_path):
     with pytest.raises(ValueError, match=r"n_way=20 but split 'val' has only 10 classes"):
         tiny_trainer(tmp_path).fit(model, tiny_data(RandomSampler(tasks=2), n_way=20))
     assert model.ledger.query_sets == 0
+
+
+def test_predict_describes_every_query_without_labels(tmp_path):
+    model = tiny_model()
+    data = tiny_data(RandomSampler(tasks=2), test_tasks=3, eval_batch_tasks=2)
+    outputs = tiny_trainer(tmp_path, inference_mode=True).predict(model, data)
+    assert [o["prediction"].shape for o in outputs] == [(2, 10), (1, 10)]
+    first = outputs[0]
+    assert first["probability"].shape == (2, 10, 5)
+    assert torch.allclose(first["probability"].sum(-1), torch.ones(2, 10))
+    assert ((first["vacuity"] > 0) & (first["vacuity"] <= 1)).all()
+    assert ((first["dissonance"] >= 0) & (first["dissonance"] < 1)).all()
+    assert first["classes"].shape == (2, 5)

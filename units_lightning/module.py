@@ -10,7 +10,14 @@ import torch
 from torch import Tensor, nn
 
 from units_lightning.backbones import ConvNet
-from units_lightning.belief import task_beliefs, task_uncertainty
+from units_lightning.belief import (
+    belief,
+    dissonance,
+    expected_probability,
+    task_beliefs,
+    task_uncertainty,
+    vacuity,
+)
 from units_lightning.data.episode import TaskBatch
 from units_lightning.engines.learn2learn import Learn2LearnEngine
 from units_lightning.ledger import LabelLedger
@@ -159,6 +166,23 @@ class UnitsMAML(pl.LightningModule):
 
     def test_step(self, batch: TaskBatch, batch_idx: int) -> Tensor:
         return self._evaluate(batch, "test")
+
+    def predict_step(self, batch: TaskBatch, batch_idx: int) -> dict[str, Tensor]:
+        """Adapt to each task's support set and describe every query of its first query set, without labels.
+
+        Returns:
+            dict of (T, M) ``prediction`` (class position), ``vacuity``, ``dissonance``; (T, M, N)
+            ``probability`` (expected Dirichlet probabilities); (T, N) ``classes`` (dataset class ids).
+        """
+        logits = self.adapt_and_predict(batch.support_x, batch.support_y, batch.query_x[:, 0])
+        evidence = self.loss.evidence(logits)
+        return {
+            "prediction": logits.argmax(-1),
+            "probability": expected_probability(evidence),
+            "vacuity": vacuity(evidence),
+            "dissonance": dissonance(belief(evidence)),
+            "classes": batch.classes,
+        }
 
     def adapt_and_predict(self, support_x: Tensor, support_y: Tensor, query_x: Tensor) -> Tensor:
         """Adapt to each support set and return logits of its query set, gradients on in any mode.

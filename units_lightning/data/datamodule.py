@@ -188,7 +188,8 @@ class EpisodicDataModule(pl.LightningDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         """Build the splits the stage needs and check every requested episode shape against them."""
-        needed = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",)}.get(stage or "fit", ("train", "val", "test"))
+        needed = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("test",)}.get(
+            stage or "fit", ("train", "val", "test"))
         for name in needed:
             images = self.split(name)
             if name == "train":
@@ -224,4 +225,8 @@ class EpisodicDataModule(pl.LightningDataModule):
         return self._eval_loader("val", self.val_tasks)
 
     def test_dataloader(self) -> DataLoader:
+        return self._eval_loader("test", self.test_tasks)
+
+    def predict_dataloader(self) -> DataLoader:
+        """The fixed test tasks (their labels are not read by ``predict``)."""
         return self._eval_loader("test", self.test_tasks)
