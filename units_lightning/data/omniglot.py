@@ -127,7 +127,7 @@ def resolve_omniglot_sources(root: Path, download: bool) -> list[Path]:
         )
         raise FileNotFoundError(
             f"Omniglot not found under {root}: missing {' and '.join(missing)} (looked for {looked_for}). "
-            "Pass download=True to fetch it with torchvision, or point root at a folder that holds "
+            "Pass download=True (on the command line: --data.download true) to fetch it with torchvision, or point root at a folder that holds "
             "images_background/ and images_evaluation/ (or images_background.zip and "
             f"images_evaluation.zip); to do it by hand, {_DOWNLOAD_HELP}."
         )
