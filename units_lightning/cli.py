@@ -44,7 +44,6 @@ def fit_summary(trainer: pl.Trainer, model: UnitsMAML, wall_time_s: float) -> di
     summary.update(
         labels=model.ledger.state_dict(),
         steps=int(trainer.global_step),
-        epochs=int(trainer.current_epoch),
         wall_time_s=round(wall_time_s, 2),
         chance_accuracy=round(1.0 / model.n_way, 6),
     )

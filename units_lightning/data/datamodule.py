@@ -16,7 +16,7 @@ from units_lightning.samplers.random import RandomSampler
 
 __all__ = ["EpisodeDataset", "EpisodeLoader", "EpisodicDataModule", "StepSampler", "build_batch"]
 
-_STREAMS = {"train": 0, "val": 1, "test": 2, "predict": 3}
+_STREAMS = {"train": 0, "val": 1, "test": 2}
 
 
 def build_batch(images: FewShotImages, indices: EpisodeIndices, step: int = 0) -> TaskBatch:
