@@ -102,9 +102,9 @@ def test_theorem_one_on_ten_thousand_generated_belief_vectors_with_zeros_ties_an
     for n in (2, 3, 5, 10, 20):
         count = 2500
         evidence = rng.exponential(rng.choice([0.01, 1.0, 100.0], size=(count, 1)), size=(count, n))
-        evidence[rng.random((count, n)) < 0.25] = 0.0                       # zeros
+        evidence[rng.random((count, n)) < 0.25] = 0.0  # zeros
         ties = rng.random(count) < 0.2
-        evidence[ties] = evidence[ties, :1]                                   # exact ties
+        evidence[ties] = evidence[ties, :1]  # exact ties
         near = rng.random(count) < 0.2
         evidence[near] = evidence[near, :1] * (1 + 1e-9 * rng.standard_normal((near.sum(), n)))  # near-ties
         vectors.append(belief(torch.tensor(evidence, dtype=torch.float64)))
@@ -115,7 +115,9 @@ def test_theorem_one_on_ten_thousand_generated_belief_vectors_with_zeros_ties_an
 
 @settings(max_examples=300, deadline=None)
 @given(
-    st.lists(st.one_of(st.just(0.0), st.floats(0, 1e6), st.sampled_from([1.0, 2.0, 1.0 + 1e-12])), min_size=2, max_size=12),
+    st.lists(
+        st.one_of(st.just(0.0), st.floats(0, 1e6), st.sampled_from([1.0, 2.0, 1.0 + 1e-12])), min_size=2, max_size=12
+    ),
     st.integers(min_value=0),
 )
 def test_theorem_one_property(evidence, label_seed):

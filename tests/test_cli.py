@@ -5,22 +5,31 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 import yaml
-
 from tiny_setup import REPO
+
 from units_lightning.cli import cli_main
 from units_lightning.samplers import TaskSampler
 from units_lightning.wandb_offline import find_offline_runs, read_history
 
 QUICKSTART = REPO / "configs" / "quickstart.yaml"
 # Shrinks the quick start to seconds: tiny images, a narrow net, few steps and validation tasks.
-FAST = ["--trainer.max_epochs=2", "--trainer.limit_train_batches=3", "--trainer.log_every_n_steps=1",
-        "--model.filters=4", "--model.inner_steps=1", "--data.image_size=16", "--data.val_tasks=4",
-        "--data.eval_batch_tasks=2", "--data.train_classes=40", "--data.eval_classes=10",
-        "--data.images_per_class=12", "--trainer.enable_progress_bar=false"]
+FAST = [
+    "--trainer.max_epochs=2",
+    "--trainer.limit_train_batches=3",
+    "--trainer.log_every_n_steps=1",
+    "--model.filters=4",
+    "--model.inner_steps=1",
+    "--data.image_size=16",
+    "--data.val_tasks=4",
+    "--data.eval_batch_tasks=2",
+    "--data.train_classes=40",
+    "--data.eval_classes=10",
+    "--data.images_per_class=12",
+    "--trainer.enable_progress_bar=false",
+]
 
 
 class LeastUncertainSampler(TaskSampler):
@@ -50,8 +59,11 @@ def run_cli(*args):
 
 
 def test_fit_smoke_writes_checkpoint_and_summary(tmp_path, capsys):
-    cli = run_cli(f"--trainer.default_root_dir={tmp_path}", "--trainer.logger=lightning.pytorch.loggers.CSVLogger",
-                  f"--trainer.logger.save_dir={tmp_path}")
+    cli = run_cli(
+        f"--trainer.default_root_dir={tmp_path}",
+        "--trainer.logger=lightning.pytorch.loggers.CSVLogger",
+        f"--trainer.logger.save_dir={tmp_path}",
+    )
     log_dir = Path(cli.trainer.log_dir)
     assert log_dir.is_relative_to(tmp_path)
     summary = json.loads((log_dir / "summary.json").read_text())
@@ -64,9 +76,18 @@ def test_fit_smoke_writes_checkpoint_and_summary(tmp_path, capsys):
     (checkpoint,) = (log_dir / "checkpoints").glob("*.ckpt")
     assert cli.model.sampler is cli.datamodule.sampler
     for subcommand in ("validate", "test"):
-        evaluated = cli_main([subcommand, "--config", str(QUICKSTART), *FAST[3:], "--data.test_tasks=4",
-                              "--trainer.logger=false", f"--trainer.default_root_dir={tmp_path}",
-                              f"--ckpt_path={checkpoint}"])
+        evaluated = cli_main(
+            [
+                subcommand,
+                "--config",
+                str(QUICKSTART),
+                *FAST[3:],
+                "--data.test_tasks=4",
+                "--trainer.logger=false",
+                f"--trainer.default_root_dir={tmp_path}",
+                f"--ckpt_path={checkpoint}",
+            ]
+        )
         prefix = "val" if subcommand == "validate" else "test"
         assert 0.0 <= float(evaluated.trainer.callback_metrics[f"{prefix}/acc"]) <= 1.0
         assert evaluated.model.ledger.query_sets == 6 * 4  # restored from the checkpoint
@@ -76,8 +97,12 @@ def test_custom_sampler_from_yaml_trains(tmp_path):
     config = {
         "data": {
             "class_path": "units_lightning.data.SyntheticGlyphsDataModule",
-            "init_args": {"sampler": {"class_path": f"{__name__}.LeastUncertainSampler",
-                                      "init_args": {"tasks": 2, "query_sets": 3, "spread": 6}}},
+            "init_args": {
+                "sampler": {
+                    "class_path": f"{__name__}.LeastUncertainSampler",
+                    "init_args": {"tasks": 2, "query_sets": 3, "spread": 6},
+                }
+            },
         },
         "trainer": {"logger": False, "default_root_dir": str(tmp_path), "enable_checkpointing": False},
     }
@@ -105,10 +130,23 @@ def test_real_offline_wandb_run_holds_the_belief_keys(tmp_path):
     rows = read_history(run)
     keys = set().union(*rows)
     expected = {
-        "train/loss_step", "train/acc_step", "train/vacuity_step", "train/dissonance_step",
-        "train/incorrect_belief_step", "train/correct_belief_step", "train/vacuity_epoch",
-        "val/acc", "val/vacuity", "val/dissonance", "val/incorrect_belief", "val/correct_belief",
-        "schedule/lambda", "schedule/eta", "labels/query_sets", "labels/query_images", "labels/support_images",
+        "train/loss_step",
+        "train/acc_step",
+        "train/vacuity_step",
+        "train/dissonance_step",
+        "train/incorrect_belief_step",
+        "train/correct_belief_step",
+        "train/vacuity_epoch",
+        "val/acc",
+        "val/vacuity",
+        "val/dissonance",
+        "val/incorrect_belief",
+        "val/correct_belief",
+        "schedule/lambda",
+        "schedule/eta",
+        "labels/query_sets",
+        "labels/query_images",
+        "labels/support_images",
         "selection/uncertainty_chosen_step",
     }
     assert expected <= keys, expected - keys
@@ -123,7 +161,11 @@ def test_real_offline_wandb_run_holds_the_belief_keys(tmp_path):
 def test_console_script_and_module_entry_points_print_help():
     for command in (["units-lightning"], [sys.executable, "-m", "units_lightning"]):
         if command[0] == "units-lightning":
-            command = [str(REPO / ".venv" / "bin" / "units-lightning")] if (REPO / ".venv" / "bin" / "units-lightning").exists() else command
+            command = (
+                [str(REPO / ".venv" / "bin" / "units-lightning")]
+                if (REPO / ".venv" / "bin" / "units-lightning").exists()
+                else command
+            )
         done = subprocess.run([*command, "fit", "--help"], capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         assert "--data CONFIG | CLASS_PATH_OR_NAME | .INIT_ARGS.NAME VALUE" in done.stdout or "--data" in done.stdout

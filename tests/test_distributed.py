@@ -38,8 +38,9 @@ def test_ddp_ranks_draw_different_tasks_and_share_one_label_budget(tmp_path):
     script.write_text(SCRIPT.format(tests=str(REPO / "tests")))
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    results = {r["rank"]: r for r in (json.loads(line[7:]) for line in done.stdout.splitlines()
-                                      if line.startswith("RESULT "))}
+    results = {
+        r["rank"]: r for r in (json.loads(line[7:]) for line in done.stdout.splitlines() if line.startswith("RESULT "))
+    }
     assert set(results) == {0, 1}
     # Each step labels 2 query sets per rank: 4 in all, so the budget of 10 ends training after 3 steps.
     for result in results.values():

@@ -1,10 +1,10 @@
 """The labels of query sets that were not chosen must have no influence at all."""
 
-import numpy as np
 import lightning.pytorch as pl
+import numpy as np
 import torch
-
 from tiny_setup import tiny_data, tiny_model, tiny_trainer
+
 from units_lightning.samplers import MultiQuerySampler
 
 
@@ -44,8 +44,9 @@ def train(tmp_path, tamper=None):
 
 def test_scrambling_every_unchosen_query_label_changes_nothing(tmp_path):
     reference, chosen, ledger = train(tmp_path)
-    assert any((~mask).any() and not mask[:, 0].all() for step, mask in chosen.items() if step >= 2), \
+    assert any((~mask).any() and not mask[:, 0].all() for step, mask in chosen.items() if step >= 2), (
         "selection must pick other sets than the first, or the test proves nothing"
+    )
     unchosen = {step: ~mask for step, mask in chosen.items()}
     scrambled, chosen_again, _ = train(tmp_path, tamper=unchosen)
     assert all((chosen[s] == chosen_again[s]).all() for s in chosen)

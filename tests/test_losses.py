@@ -20,12 +20,22 @@ def test_incorrect_belief_regulariser_reduction_is_explicit(reduction, divisor):
     labels = torch.tensor([0, 2])
     loss = EvidentialLoss(ib_reduction=reduction)
     regulariser = incorrect_belief(belief(torch.nn.functional.softplus(logits)), labels).mean() / divisor
-    assert (loss(logits, labels, eta=2.0) - loss(logits, labels, eta=0.0)).item() == pytest.approx(2 * regulariser.item())
+    assert (loss(logits, labels, eta=2.0) - loss(logits, labels, eta=0.0)).item() == pytest.approx(
+        2 * regulariser.item()
+    )
 
 
-@pytest.mark.parametrize("loss", [EvidentialLoss(), EvidentialLoss(ib_reduction="mean"), EvidentialLoss(activation="exp"),
-                                  EvidentialLoss(activation="relu"), CrossEntropyLoss()],
-                         ids=["softplus-sum", "softplus-mean", "exp", "relu", "cross-entropy"])
+@pytest.mark.parametrize(
+    "loss",
+    [
+        EvidentialLoss(),
+        EvidentialLoss(ib_reduction="mean"),
+        EvidentialLoss(activation="exp"),
+        EvidentialLoss(activation="relu"),
+        CrossEntropyLoss(),
+    ],
+    ids=["softplus-sum", "softplus-mean", "exp", "relu", "cross-entropy"],
+)
 @pytest.mark.parametrize("magnitude", [50.0, -50.0, 1e4], ids=["+50", "-50", "1e4"])
 def test_loss_and_gradients_are_finite_at_extreme_logits(loss, magnitude):
     logits = torch.full((6, 5), magnitude)

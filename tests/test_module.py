@@ -2,19 +2,25 @@ import lightning.pytorch as pl
 import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
-
 from tiny_setup import tiny_data, tiny_model, tiny_trainer
+
 from units_lightning.losses import CrossEntropyLoss
 from units_lightning.module import UnitsMAML
 from units_lightning.samplers import MultiQuerySampler, RandomSampler, SingleTaskSelectionSampler
 
 
-@pytest.mark.parametrize("sampler,labeled_per_step,support_per_step", [
-    (RandomSampler(tasks=3), 3, 3),
-    (SingleTaskSelectionSampler(tasks=2, candidates=4), 2, 4),
-    (MultiQuerySampler(tasks=2, query_sets=3), 2, 2),
-], ids=["random", "units-st", "multi-query"])
-def test_every_sampler_trains_and_the_ledger_counts_what_was_labeled(tmp_path, sampler, labeled_per_step, support_per_step):
+@pytest.mark.parametrize(
+    "sampler,labeled_per_step,support_per_step",
+    [
+        (RandomSampler(tasks=3), 3, 3),
+        (SingleTaskSelectionSampler(tasks=2, candidates=4), 2, 4),
+        (MultiQuerySampler(tasks=2, query_sets=3), 2, 2),
+    ],
+    ids=["random", "units-st", "multi-query"],
+)
+def test_every_sampler_trains_and_the_ledger_counts_what_was_labeled(
+    tmp_path, sampler, labeled_per_step, support_per_step
+):
     model = tiny_model()
     tiny_trainer(tmp_path, max_steps=3).fit(model, tiny_data(sampler))
     assert model.ledger.query_sets == 3 * labeled_per_step
@@ -36,8 +42,14 @@ def test_validation_adapts_even_under_inference_mode(tmp_path):
     data = tiny_data(RandomSampler(tasks=2))
     trainer = tiny_trainer(tmp_path, inference_mode=True, limit_val_batches=None)
     (metrics,) = trainer.validate(model, data, verbose=False)
-    assert set(metrics) >= {"val/acc", "val/loss", "val/vacuity", "val/dissonance", "val/incorrect_belief",
-                            "val/correct_belief"}
+    assert set(metrics) >= {
+        "val/acc",
+        "val/loss",
+        "val/vacuity",
+        "val/dissonance",
+        "val/incorrect_belief",
+        "val/correct_belief",
+    }
     assert 0.0 <= metrics["val/acc"] <= 1.0
     (metrics,) = trainer.test(model, data, verbose=False)
     assert "test/acc" in metrics
@@ -61,16 +73,20 @@ def test_ledger_lives_in_checkpoints_and_resumes(tmp_path):
     checkpoints = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, every_n_train_steps=1)
     model = tiny_model()
     tiny_trainer(tmp_path, max_steps=3, enable_checkpointing=True, callbacks=[checkpoints]).fit(
-        model, tiny_data(MultiQuerySampler(tasks=2, query_sets=2)))
+        model, tiny_data(MultiQuerySampler(tasks=2, query_sets=2))
+    )
     saved = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)
     assert saved["label_ledger"]["query_sets"] == 6
     loaded = UnitsMAML.load_from_checkpoint(tmp_path / "ckpt" / "last.ckpt")
-    assert torch.equal(torch.nn.utils.parameters_to_vector(loaded.parameters()),
-                       torch.nn.utils.parameters_to_vector(model.parameters()))
+    assert torch.equal(
+        torch.nn.utils.parameters_to_vector(loaded.parameters()),
+        torch.nn.utils.parameters_to_vector(model.parameters()),
+    )
     assert loaded.ledger.query_sets == 6 and loaded.inner_steps == model.inner_steps
     resumed = tiny_model()
-    tiny_trainer(tmp_path, max_steps=5).fit(resumed, tiny_data(MultiQuerySampler(tasks=2, query_sets=2)),
-                                          ckpt_path=tmp_path / "ckpt" / "last.ckpt")
+    tiny_trainer(tmp_path, max_steps=5).fit(
+        resumed, tiny_data(MultiQuerySampler(tasks=2, query_sets=2)), ckpt_path=tmp_path / "ckpt" / "last.ckpt"
+    )
     assert resumed.ledger.query_sets == 10
     assert resumed.ledger.support_images == 5 * 2 * 5
 

@@ -14,8 +14,19 @@ SHARED_DATA = Path(os.environ.get("UNITS_LIGHTNING_SHARED_DATA", REPO.parent / "
 
 def tiny_data(sampler, **kwargs) -> SyntheticGlyphsDataModule:
     """A small glyph data module: 5-way 1-shot, 16x16 images, kept small so a step takes milliseconds."""
-    options = dict(n_way=5, k_shot=1, query_shots=1, eval_query_shots=2, val_tasks=4, test_tasks=4,
-                   eval_batch_tasks=2, train_classes=40, eval_classes=10, images_per_class=12, image_size=16)
+    options = dict(
+        n_way=5,
+        k_shot=1,
+        query_shots=1,
+        eval_query_shots=2,
+        val_tasks=4,
+        test_tasks=4,
+        eval_batch_tasks=2,
+        train_classes=40,
+        eval_classes=10,
+        images_per_class=12,
+        image_size=16,
+    )
     options.update(kwargs)
     return SyntheticGlyphsDataModule(sampler=sampler, **options)
 
@@ -27,8 +38,18 @@ def tiny_model(**kwargs) -> UnitsMAML:
 
 
 def tiny_trainer(tmp_path: Path, **kwargs) -> pl.Trainer:
-    options = dict(accelerator="cpu", devices=1, max_steps=4, limit_train_batches=1000, limit_val_batches=0,
-                   logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                   enable_model_summary=False, inference_mode=False, default_root_dir=tmp_path)
+    options = dict(
+        accelerator="cpu",
+        devices=1,
+        max_steps=4,
+        limit_train_batches=1000,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        inference_mode=False,
+        default_root_dir=tmp_path,
+    )
     options.update(kwargs)
     return pl.Trainer(**options)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
 __all__ = ["ConvNet"]
@@ -22,13 +21,15 @@ class ConvNet(nn.Module):
         blocks: number of conv blocks.
 
     Example:
+        >>> import torch
         >>> net = ConvNet((1, 28, 28), out_features=5, filters=8)
         >>> net(torch.zeros(3, 1, 28, 28)).shape
         torch.Size([3, 5])
     """
 
-    def __init__(self, image_shape: tuple[int, int, int] = (1, 28, 28), out_features: int = 5,
-                 filters: int = 64, blocks: int = 4):
+    def __init__(
+        self, image_shape: tuple[int, int, int] = (1, 28, 28), out_features: int = 5, filters: int = 64, blocks: int = 4
+    ):
         super().__init__()
         channels, height, width = image_shape
         layers: list[nn.Module] = []

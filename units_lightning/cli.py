@@ -58,15 +58,18 @@ def _format(summary: dict[str, Any]) -> str:
         return "n/a" if x is None else f"{x:.4f}"
 
     labels = summary["labels"]
-    return "\n".join([
-        "units-lightning fit summary",
-        f"  validation accuracy  {pct(summary['val_accuracy'])} (chance {pct(summary['chance_accuracy'])})",
-        f"  vacuity {num(summary['val_vacuity'])} | dissonance {num(summary['val_dissonance'])} | "
-        f"incorrect belief {num(summary['val_incorrect_belief'])} | correct belief {num(summary['val_correct_belief'])}",
-        f"  labels spent         {labels['query_sets']} query sets, {labels['query_images']} query images, "
-        f"{labels['support_images']} support images",
-        f"  steps {summary['steps']} in {summary['wall_time_s']:.1f} s",
-    ])
+    return "\n".join(
+        [
+            "units-lightning fit summary",
+            f"  validation accuracy  {pct(summary['val_accuracy'])} (chance {pct(summary['chance_accuracy'])})",
+            f"  vacuity {num(summary['val_vacuity'])} | dissonance {num(summary['val_dissonance'])} | "
+            f"incorrect belief {num(summary['val_incorrect_belief'])} | "
+            f"correct belief {num(summary['val_correct_belief'])}",
+            f"  labels spent         {labels['query_sets']} query sets, {labels['query_images']} query images, "
+            f"{labels['support_images']} support images",
+            f"  steps {summary['steps']} in {summary['wall_time_s']:.1f} s",
+        ]
+    )
 
 
 class UnitsCLI(LightningCLI):
@@ -88,8 +91,9 @@ class UnitsCLI(LightningCLI):
         path = directory / "summary.json"
         path.write_text(json.dumps(summary, indent=2) + "\n")
         if isinstance(self.trainer.logger, WandbLogger):
-            self.trainer.logger.experiment.summary.update({f"summary/{k}": v for k, v in summary.items()
-                                                           if not isinstance(v, dict)})
+            self.trainer.logger.experiment.summary.update(
+                {f"summary/{k}": v for k, v in summary.items() if not isinstance(v, dict)}
+            )
         print(_format(summary) + f"\n  written to {path}", flush=True)
 
 

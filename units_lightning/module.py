@@ -102,8 +102,10 @@ class UnitsMAML(pl.LightningModule):
         datamodule = getattr(self.trainer, "datamodule", None)
         data_sampler = getattr(datamodule, "sampler", None)
         if data_sampler is not None and self.sampler is not None and self.sampler is not data_sampler:
-            raise ValueError("the model and the data module hold different task samplers: the sampler that draws "
-                             "the tasks must also choose among them, so give it to the data module only")
+            raise ValueError(
+                "the model and the data module hold different task samplers: the sampler that draws "
+                "the tasks must also choose among them, so give it to the data module only"
+            )
         if self.sampler is None and stage == "fit":
             self.sampler = data_sampler
             if self.sampler is None:
@@ -128,8 +130,13 @@ class UnitsMAML(pl.LightningModule):
 
     def training_step(self, batch: TaskBatch, batch_idx: int) -> Tensor:
         lam, eta = self.lam(self.schedule_epoch), self.eta(self.schedule_epoch)
-        adapted = self.engine.adapt(batch.support_x, batch.support_y, partial(self.loss, eta=eta),
-                                    self.inner_steps, create_graph=not self.first_order)
+        adapted = self.engine.adapt(
+            batch.support_x,
+            batch.support_y,
+            partial(self.loss, eta=eta),
+            self.inner_steps,
+            create_graph=not self.first_order,
+        )
         scores = self.score_query_sets(adapted, batch.query_x, lam)
         chosen = self.sampler.select(scores, self.global_step)
         labels = self.ledger.reveal(batch, chosen)
@@ -197,8 +204,9 @@ class UnitsMAML(pl.LightningModule):
         with torch.inference_mode(False), torch.enable_grad():
             # Tensors made under inference mode cannot enter autograd: copy them out of it.
             support_x, support_y, query_x = support_x.clone(), support_y.clone(), query_x.clone()
-            adapted = self.engine.adapt(support_x, support_y, partial(self.loss, eta=eta),
-                                        self.eval_inner_steps, create_graph=False)
+            adapted = self.engine.adapt(
+                support_x, support_y, partial(self.loss, eta=eta), self.eval_inner_steps, create_graph=False
+            )
             task_index = torch.arange(query_x.shape[0], device=query_x.device)
             return self.engine.predict(adapted, query_x, task_index).detach()
 
@@ -215,16 +223,19 @@ class UnitsMAML(pl.LightningModule):
             "incorrect_belief": beliefs.incorrect.mean(),
             "correct_belief": beliefs.correct.mean(),
         }
-        self.log(f"{stage}/acc", values.pop("acc"), on_epoch=True, prog_bar=True, batch_size=batch.num_tasks,
-                 sync_dist=True)
-        self.log_dict({f"{stage}/{k}": v for k, v in values.items()}, on_epoch=True, batch_size=batch.num_tasks,
-                      sync_dist=True)
+        self.log(
+            f"{stage}/acc", values.pop("acc"), on_epoch=True, prog_bar=True, batch_size=batch.num_tasks, sync_dist=True
+        )
+        self.log_dict(
+            {f"{stage}/{k}": v for k, v in values.items()}, on_epoch=True, batch_size=batch.num_tasks, sync_dist=True
+        )
         return loss
 
     # --- logging and checkpoints ----------------------------------------------------------------------
 
-    def _log_training(self, loss: Tensor, logits: Tensor, labels: Tensor, scores: Tensor, chosen: Tensor,
-                      lam: float, eta: float) -> None:
+    def _log_training(
+        self, loss: Tensor, logits: Tensor, labels: Tensor, scores: Tensor, chosen: Tensor, lam: float, eta: float
+    ) -> None:
         beliefs = task_beliefs(self.loss.evidence(logits), labels)
         num_chosen = int(chosen.sum())
         values = {
@@ -238,8 +249,9 @@ class UnitsMAML(pl.LightningModule):
         }
         if self.sampler.needs_scores(self.global_step) and not bool(chosen.all()):
             values["selection/uncertainty_rejected"] = scores[~chosen].mean()
-        self.log("train/acc", values.pop("train/acc"), on_step=True, on_epoch=True, prog_bar=True,
-                 batch_size=num_chosen)
+        self.log(
+            "train/acc", values.pop("train/acc"), on_step=True, on_epoch=True, prog_bar=True, batch_size=num_chosen
+        )
         self.log_dict(values, on_step=True, on_epoch=True, batch_size=num_chosen)
         self.log_dict(
             {
@@ -249,7 +261,8 @@ class UnitsMAML(pl.LightningModule):
                 "labels/query_images": float(self.ledger.query_images),
                 "labels/support_images": float(self.ledger.support_images),
             },
-            on_step=True, on_epoch=False,
+            on_step=True,
+            on_epoch=False,
         )
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

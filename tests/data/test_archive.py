@@ -36,9 +36,7 @@ def write_symlink_zip(path: Path, link_name: str, target: str) -> Path:
 
 
 def test_good_zip_extracts_with_folders(tmp_path):
-    archive = write_zip(
-        tmp_path / "good.zip", {"top/a.txt": b"alpha", "top/sub/b.txt": b"beta", "top/./c.txt": b"c"}
-    )
+    archive = write_zip(tmp_path / "good.zip", {"top/a.txt": b"alpha", "top/sub/b.txt": b"beta", "top/./c.txt": b"c"})
     dest = safe_extract(archive, tmp_path / "out")
     assert dest == tmp_path / "out"
     assert (dest / "top" / "a.txt").read_bytes() == b"alpha"

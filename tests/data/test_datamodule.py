@@ -1,9 +1,8 @@
-import lightning.pytorch as pl
 import pytest
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
-
 from tiny_setup import tiny_data, tiny_model, tiny_trainer
+
 from units_lightning.cli import cli_main
 from units_lightning.data import EpisodicDataModule, OmniglotDataModule, TensorImages
 from units_lightning.samplers import MultiQuerySampler, RandomSampler
@@ -31,17 +30,20 @@ def test_batches_have_the_promised_shapes_and_sealed_labels():
 def test_stream_continues_at_the_global_step_across_epochs_and_resume(tmp_path):
     uninterrupted = RecordSteps()
     tiny_trainer(tmp_path, max_steps=6, limit_train_batches=2, callbacks=[uninterrupted]).fit(
-        tiny_model(), tiny_data(RandomSampler(tasks=2)))
+        tiny_model(), tiny_data(RandomSampler(tasks=2))
+    )
     assert uninterrupted.steps == [0, 1, 2, 3, 4, 5]
 
     checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, every_n_train_steps=1)
     tiny_trainer(tmp_path, max_steps=3, limit_train_batches=2, callbacks=[checkpoint], enable_checkpointing=True).fit(
-        tiny_model(), tiny_data(RandomSampler(tasks=2)))
+        tiny_model(), tiny_data(RandomSampler(tasks=2))
+    )
     resumed = RecordSteps()
     tiny_trainer(tmp_path, max_steps=6, limit_train_batches=2, callbacks=[resumed]).fit(
-        tiny_model(), tiny_data(RandomSampler(tasks=2)), ckpt_path=tmp_path / "ckpt" / "last.ckpt")
+        tiny_model(), tiny_data(RandomSampler(tasks=2)), ckpt_path=tmp_path / "ckpt" / "last.ckpt"
+    )
     assert resumed.steps == [3, 4, 5]
-    for a, b in zip(resumed.classes, uninterrupted.classes[3:]):
+    for a, b in zip(resumed.classes, uninterrupted.classes[3:], strict=True):
         assert torch.equal(a, b), "a resumed run must see the same tasks as an uninterrupted one"
 
 
@@ -87,9 +89,17 @@ def test_user_splits_in_memory():
 
 def test_missing_omniglot_root_fails_before_training_and_says_how_to_fix(tmp_path):
     with pytest.raises(FileNotFoundError, match="download"):
-        cli_main(["fit", "--config", "configs/omniglot_5w1s.yaml", f"--data.root={tmp_path / 'nowhere'}",
-                  f"--data.cache_dir={tmp_path / 'cache'}", "--trainer.logger=false",
-                  f"--trainer.default_root_dir={tmp_path}"])
+        cli_main(
+            [
+                "fit",
+                "--config",
+                "configs/omniglot_5w1s.yaml",
+                f"--data.root={tmp_path / 'nowhere'}",
+                f"--data.cache_dir={tmp_path / 'cache'}",
+                "--trainer.logger=false",
+                f"--trainer.default_root_dir={tmp_path}",
+            ]
+        )
 
 
 def test_corrupt_image_is_named_before_training(tmp_path):
@@ -102,7 +112,8 @@ def test_corrupt_image_is_named_before_training(tmp_path):
             for drawing in range(3):
                 Image.new("1", (105, 105), 1).save(folder / f"{drawing:02d}.png")
     (tmp_path / "root" / "images_evaluation" / "Alphabet" / "character01" / "02.png").write_bytes(b"not a png")
-    data = OmniglotDataModule(root=str(tmp_path / "root"), cache_dir=str(tmp_path / "cache"), n_way=2,
-                              split_sizes=(2, 1, 1))
+    data = OmniglotDataModule(
+        root=str(tmp_path / "root"), cache_dir=str(tmp_path / "cache"), n_way=2, split_sizes=(2, 1, 1)
+    )
     with pytest.raises(ValueError, match=r"character01.02\.png"):
         tiny_trainer(tmp_path).fit(tiny_model(n_way=2, image_shape=(1, 28, 28)), data)

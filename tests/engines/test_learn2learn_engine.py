@@ -3,7 +3,7 @@
 import pytest
 import torch
 from torch import nn
-from torch.func import functional_call, grad
+from torch.func import functional_call
 
 from units_lightning.engines import Learn2LearnEngine
 from units_lightning.losses import EvidentialLoss
@@ -21,11 +21,11 @@ def reference_meta_gradient(net, support_x, support_y, query_x, query_y, loss, s
         return loss(functional_call(net, weights, (x,)), y)
 
     total = 0.0
-    for sx, sy, qx, qy in zip(support_x, support_y, query_x, query_y):
+    for sx, sy, qx, qy in zip(support_x, support_y, query_x, query_y, strict=True):
         fast = dict(params)
         for _ in range(steps):
             grads = torch.autograd.grad(inner_loss(fast, sx, sy), list(fast.values()), create_graph=second_order)
-            fast = {name: w - lr * g for (name, w), g in zip(fast.items(), grads)}
+            fast = {name: w - lr * g for (name, w), g in zip(fast.items(), grads, strict=True)}
         total = total + inner_loss(fast, qx, qy)
     return torch.autograd.grad(total / len(support_x), list(params.values()))
 
@@ -44,11 +44,11 @@ def test_meta_gradient_matches_hand_written_maml(second_order):
     meta_loss = torch.stack([inner(logits[t], query_y[t]) for t in range(3)]).mean()
     ours = torch.autograd.grad(meta_loss, list(engine.parameters()))
     expected = reference_meta_gradient(net, support_x, support_y, query_x, query_y, inner, 2, 0.3, second_order)
-    for a, b in zip(ours, expected):
+    for a, b in zip(ours, expected, strict=True):
         assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)
     if second_order:  # and the second-order terms are really there
         first = reference_meta_gradient(net, support_x, support_y, query_x, query_y, inner, 2, 0.3, False)
-        assert any(not torch.allclose(a, b, rtol=1e-6) for a, b in zip(ours, first))
+        assert any(not torch.allclose(a, b, rtol=1e-6) for a, b in zip(ours, first, strict=True))
 
 
 def test_predict_routes_each_query_set_to_its_task():
@@ -67,4 +67,4 @@ def test_adaptation_leaves_the_meta_parameters_untouched():
     before = [p.detach().clone() for p in net.parameters()]
     engine = Learn2LearnEngine(net, inner_lr=0.3)
     engine.adapt(torch.randn(2, 6, 12, dtype=torch.float64), torch.randint(0, 3, (2, 6)), EvidentialLoss(), 3, True)
-    assert all(torch.equal(a, b) for a, b in zip(before, net.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(before, net.parameters(), strict=True))

@@ -108,9 +108,7 @@ def check_zip_members(
                 f"unsafe zip {zip_name}: entry {info.filename!r} is a symbolic link; refusing to extract. "
                 "Re-create the archive without links (zip without -y)."
             )
-        if info.file_size >= RATIO_CHECK_MIN_BYTES and info.file_size > max_ratio * max(
-            info.compress_size, 1
-        ):
+        if info.file_size >= RATIO_CHECK_MIN_BYTES and info.file_size > max_ratio * max(info.compress_size, 1):
             ratio = info.file_size / max(info.compress_size, 1)
             raise ValueError(
                 f"unsafe zip {zip_name}: entry {info.filename!r} inflates {info.compress_size} bytes to "
@@ -202,9 +200,7 @@ def _glob_escape(name: str) -> str:
     return re.sub(r"([*?\[])", r"[\1]", name)
 
 
-def _write_member(
-    archive: zipfile.ZipFile, info: zipfile.ZipInfo, relative: str, staging: Path, zip_name: str
-) -> None:
+def _write_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, relative: str, staging: Path, zip_name: str) -> None:
     if not relative:
         return
     target = staging / relative

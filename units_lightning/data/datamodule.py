@@ -36,8 +36,12 @@ def build_batch(images: FewShotImages, indices: EpisodeIndices, step: int = 0) -
 
 
 def _concatenate(parts: list[EpisodeIndices]) -> EpisodeIndices:
-    return EpisodeIndices(*(np.concatenate([getattr(p, f) for p in parts]) for f in
-                            ("classes", "support", "support_labels", "query", "query_labels")))
+    return EpisodeIndices(
+        *(
+            np.concatenate([getattr(p, f) for p in parts])
+            for f in ("classes", "support", "support_labels", "query", "query_labels")
+        )
+    )
 
 
 class EpisodeDataset(Dataset):
@@ -51,8 +55,16 @@ class EpisodeDataset(Dataset):
     how they are batched.
     """
 
-    def __init__(self, images: FewShotImages, sampler: TaskSampler, seed: int, stream: str, rank: int = 0,
-                 num_tasks: int | None = None, tasks_per_item: int | None = None):
+    def __init__(
+        self,
+        images: FewShotImages,
+        sampler: TaskSampler,
+        seed: int,
+        stream: str,
+        rank: int = 0,
+        num_tasks: int | None = None,
+        tasks_per_item: int | None = None,
+    ):
         self.images, self.sampler = images, sampler
         self.seed, self.stream, self.rank = seed, _STREAMS[stream], rank
         self.num_tasks, self.tasks_per_item = num_tasks, tasks_per_item
@@ -159,7 +171,11 @@ class EpisodicDataModule(pl.LightningDataModule):
         self.sampler = sampler if sampler is not None else RandomSampler(tasks=8)
         self.spec = EpisodeSpec(n_way, k_shot, query_shots)
         self.eval_spec = EpisodeSpec(n_way, k_shot, eval_query_shots or query_shots)
-        for name, value in (("val_tasks", val_tasks), ("test_tasks", test_tasks), ("eval_batch_tasks", eval_batch_tasks)):
+        for name, value in (
+            ("val_tasks", val_tasks),
+            ("test_tasks", test_tasks),
+            ("eval_batch_tasks", eval_batch_tasks),
+        ):
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
         self.val_tasks, self.test_tasks, self.eval_batch_tasks = val_tasks, test_tasks, eval_batch_tasks
@@ -189,7 +205,8 @@ class EpisodicDataModule(pl.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         """Build the splits the stage needs and check every requested episode shape against them."""
         needed = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("test",)}.get(
-            stage or "fit", ("train", "val", "test"))
+            stage or "fit", ("train", "val", "test")
+        )
         for name in needed:
             images = self.split(name)
             if name == "train":
@@ -204,8 +221,14 @@ class EpisodicDataModule(pl.LightningDataModule):
         return self.trainer.global_rank if self.trainer is not None else 0
 
     def _loader(self, dataset: Dataset, loader: type[DataLoader] = DataLoader, **kwargs) -> DataLoader:
-        return loader(dataset, batch_size=None, collate_fn=_identity, num_workers=self.num_workers,
-                      persistent_workers=self.num_workers > 0, **kwargs)
+        return loader(
+            dataset,
+            batch_size=None,
+            collate_fn=_identity,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+            **kwargs,
+        )
 
     def train_dataloader(self) -> DataLoader:
         if self.sampler.spec is None:
@@ -217,8 +240,15 @@ class EpisodicDataModule(pl.LightningDataModule):
     def _eval_loader(self, name: str, num_tasks: int) -> DataLoader:
         if name not in self._eval_samplers:
             self.setup({"val": "validate", "test": "test"}[name])
-        dataset = EpisodeDataset(self.split(name), self._eval_samplers[name], self.seed, name, rank=0,
-                                 num_tasks=num_tasks, tasks_per_item=self.eval_batch_tasks)
+        dataset = EpisodeDataset(
+            self.split(name),
+            self._eval_samplers[name],
+            self.seed,
+            name,
+            rank=0,
+            num_tasks=num_tasks,
+            tasks_per_item=self.eval_batch_tasks,
+        )
         return self._loader(dataset, shuffle=False)
 
     def val_dataloader(self) -> DataLoader:

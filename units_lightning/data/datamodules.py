@@ -25,13 +25,36 @@ class SyntheticGlyphsDataModule(EpisodicDataModule):
         (other arguments: see ``EpisodicDataModule``)
     """
 
-    def __init__(self, sampler: TaskSampler | None = None, n_way: int = 5, k_shot: int = 1,
-                 query_shots: int = 1, eval_query_shots: int | None = None, val_tasks: int = 100,
-                 test_tasks: int = 600, eval_batch_tasks: int = 10, seed: int = 0, num_workers: int = 0,
-                 train_classes: int = 1000, eval_classes: int = 200, images_per_class: int = 20,
-                 image_size: int = 28, glyph_seed: int = 0):
-        super().__init__(sampler, n_way, k_shot, query_shots, eval_query_shots, val_tasks, test_tasks,
-                         eval_batch_tasks, seed, num_workers)
+    def __init__(
+        self,
+        sampler: TaskSampler | None = None,
+        n_way: int = 5,
+        k_shot: int = 1,
+        query_shots: int = 1,
+        eval_query_shots: int | None = None,
+        val_tasks: int = 100,
+        test_tasks: int = 600,
+        eval_batch_tasks: int = 10,
+        seed: int = 0,
+        num_workers: int = 0,
+        train_classes: int = 1000,
+        eval_classes: int = 200,
+        images_per_class: int = 20,
+        image_size: int = 28,
+        glyph_seed: int = 0,
+    ):
+        super().__init__(
+            sampler,
+            n_way,
+            k_shot,
+            query_shots,
+            eval_query_shots,
+            val_tasks,
+            test_tasks,
+            eval_batch_tasks,
+            seed,
+            num_workers,
+        )
         self.train_classes, self.eval_classes = train_classes, eval_classes
         self.images_per_class, self.image_size, self.glyph_seed = images_per_class, image_size, glyph_seed
         self.image_shape = (1, image_size, image_size)
@@ -39,9 +62,13 @@ class SyntheticGlyphsDataModule(EpisodicDataModule):
     def make_split(self, split: str) -> FewShotImages:
         from units_lightning.data.synthetic import SyntheticGlyphs
 
-        return SyntheticGlyphs(split=split, num_classes=self.train_classes if split == "train" else self.eval_classes,
-                               images_per_class=self.images_per_class, image_size=self.image_size,
-                               seed=self.glyph_seed)
+        return SyntheticGlyphs(
+            split=split,
+            num_classes=self.train_classes if split == "train" else self.eval_classes,
+            images_per_class=self.images_per_class,
+            image_size=self.image_size,
+            seed=self.glyph_seed,
+        )
 
 
 class OmniglotDataModule(EpisodicDataModule):
@@ -63,14 +90,37 @@ class OmniglotDataModule(EpisodicDataModule):
         (other arguments: see ``EpisodicDataModule``)
     """
 
-    def __init__(self, root: str = "data/omniglot", sampler: TaskSampler | None = None, n_way: int = 5,
-                 k_shot: int = 1, query_shots: int = 1, eval_query_shots: int | None = None,
-                 val_tasks: int = 100, test_tasks: int = 600, eval_batch_tasks: int = 10, seed: int = 0,
-                 num_workers: int = 0, download: bool = False, cache_dir: str | None = None,
-                 image_size: int = 28, rotations: list[int] | None = None,
-                 split_sizes: tuple[int, int, int] = (1150, 50, 423)):
-        super().__init__(sampler, n_way, k_shot, query_shots, eval_query_shots, val_tasks, test_tasks,
-                         eval_batch_tasks, seed, num_workers)
+    def __init__(
+        self,
+        root: str = "data/omniglot",
+        sampler: TaskSampler | None = None,
+        n_way: int = 5,
+        k_shot: int = 1,
+        query_shots: int = 1,
+        eval_query_shots: int | None = None,
+        val_tasks: int = 100,
+        test_tasks: int = 600,
+        eval_batch_tasks: int = 10,
+        seed: int = 0,
+        num_workers: int = 0,
+        download: bool = False,
+        cache_dir: str | None = None,
+        image_size: int = 28,
+        rotations: list[int] | None = None,
+        split_sizes: tuple[int, int, int] = (1150, 50, 423),
+    ):
+        super().__init__(
+            sampler,
+            n_way,
+            k_shot,
+            query_shots,
+            eval_query_shots,
+            val_tasks,
+            test_tasks,
+            eval_batch_tasks,
+            seed,
+            num_workers,
+        )
         self.root, self.download, self.cache_dir = Path(root), download, cache_dir
         self.image_size = image_size
         self.rotations = [0, 90, 180, 270] if rotations is None else list(rotations)
@@ -82,8 +132,14 @@ class OmniglotDataModule(EpisodicDataModule):
         from units_lightning.data.omniglot import load_omniglot, omniglot_splits
 
         if self._all is None:
-            images, names = load_omniglot(self.root, download=self.download, cache_dir=self.cache_dir,
-                                          image_size=self.image_size)
-            self._all = omniglot_splits(images, names, split_sizes=self.split_sizes, rotations=self.rotations,
-                                        rotate_splits=("train",) if self.rotations != [0] else ())
+            images, names = load_omniglot(
+                self.root, download=self.download, cache_dir=self.cache_dir, image_size=self.image_size
+            )
+            self._all = omniglot_splits(
+                images,
+                names,
+                split_sizes=self.split_sizes,
+                rotations=self.rotations,
+                rotate_splits=("train",) if self.rotations != [0] else (),
+            )
         return self._all[split]

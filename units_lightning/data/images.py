@@ -65,7 +65,9 @@ class TensorImages(FewShotImages):
         if labels.shape != (images.shape[0],):
             raise ValueError(f"labels must have shape ({images.shape[0]},), got {tuple(labels.shape)}")
         if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= len(class_names)):
-            raise ValueError(f"labels must lie in [0, {len(class_names)}), got [{int(labels.min())}, {int(labels.max())}]")
+            raise ValueError(
+                f"labels must lie in [0, {len(class_names)}), got [{int(labels.min())}, {int(labels.max())}]"
+            )
         self.images = images
         self.labels = labels.long()
         self.class_names = list(class_names)

@@ -127,7 +127,8 @@ def resolve_omniglot_sources(root: Path, download: bool) -> list[Path]:
         )
         raise FileNotFoundError(
             f"Omniglot not found under {root}: missing {' and '.join(missing)} (looked for {looked_for}). "
-            "Pass download=True (on the command line: --data.download true) to fetch it with torchvision, or point root at a folder that holds "
+            "Pass download=True (on the command line: --data.download true) to fetch it with torchvision, "
+            "or point root at a folder that holds "
             "images_background/ and images_evaluation/ (or images_background.zip and "
             f"images_evaluation.zip); to do it by hand, {_DOWNLOAD_HELP}."
         )
@@ -190,9 +191,7 @@ def _zip_reader(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> Callable[[],
     return lambda: archive.read(info)
 
 
-def group_by_character(
-    files: Sequence[OmniglotFile], source: Path
-) -> tuple[list[str], list[list[OmniglotFile]]]:
+def group_by_character(files: Sequence[OmniglotFile], source: Path) -> tuple[list[str], list[list[OmniglotFile]]]:
     """Group sorted drawings by character and check that every character has as many drawings.
 
     Args:
@@ -424,9 +423,7 @@ def omniglot_splits(
     if len(names) != images.shape[0]:
         raise ValueError(f"got {len(names)} names for {images.shape[0]} characters")
     if len(split_sizes) != len(SPLIT_NAMES) or any(int(size) < 0 for size in split_sizes):
-        raise ValueError(
-            f"split_sizes must be three non-negative counts (train, val, test), got {list(split_sizes)}"
-        )
+        raise ValueError(f"split_sizes must be three non-negative counts (train, val, test), got {list(split_sizes)}")
     if sum(split_sizes) > images.shape[0]:
         raise ValueError(
             f"split_sizes {list(split_sizes)} need {sum(split_sizes)} characters but only {images.shape[0]} "

@@ -47,10 +47,11 @@ class Learn2LearnEngine(nn.Module):
         l2l = import_learn2learn()
         self.maml = l2l.algorithms.MAML(model, lr=inner_lr, first_order=False, allow_unused=True)
 
-    def adapt(self, support_x: Tensor, support_y: Tensor, loss: InnerLoss, steps: int,
-              create_graph: bool) -> list[nn.Module]:
+    def adapt(
+        self, support_x: Tensor, support_y: Tensor, loss: InnerLoss, steps: int, create_graph: bool
+    ) -> list[nn.Module]:
         learners = []
-        for x, y in zip(support_x, support_y):
+        for x, y in zip(support_x, support_y, strict=True):
             learner = self.maml.clone()
             for _ in range(steps):
                 learner.adapt(loss(learner(x), y), first_order=not create_graph)
@@ -60,7 +61,7 @@ class Learn2LearnEngine(nn.Module):
     def predict(self, adapted: list[nn.Module], query_x: Tensor, task_index: Tensor) -> Tensor:
         if query_x.shape[0] == 0:
             return query_x.new_zeros(0, query_x.shape[1], self._num_outputs(adapted))
-        return torch.stack([adapted[int(t)](x) for x, t in zip(query_x, task_index.tolist())])
+        return torch.stack([adapted[int(t)](x) for x, t in zip(query_x, task_index.tolist(), strict=True)])
 
     @staticmethod
     def _num_outputs(adapted: list[nn.Module]) -> int:

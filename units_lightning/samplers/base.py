@@ -121,8 +121,10 @@ class TaskSampler:
         for t in range(num_tasks):
             classes[t] = self.draw_classes(rng, step)
             picks = np.stack(
-                [rng.choice(self._pools[c], size=spec.k_shot + num_sets * spec.query_shots, replace=False)
-                 for c in classes[t]]
+                [
+                    rng.choice(self._pools[c], size=spec.k_shot + num_sets * spec.query_shots, replace=False)
+                    for c in classes[t]
+                ]
             )  # (n_way, k_shot + Q * query_shots)
             order = rng.permutation(way_support.size)
             support[t] = picks[:, : spec.k_shot].reshape(-1)[order]
@@ -166,4 +168,6 @@ class TaskSampler:
         return torch.ones_like(scores, dtype=torch.bool)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(tasks={self.tasks}, query_sets={self.query_sets}, warmup_steps={self.warmup_steps})"
+        return (
+            f"{type(self).__name__}(tasks={self.tasks}, query_sets={self.query_sets}, warmup_steps={self.warmup_steps})"
+        )

@@ -39,5 +39,6 @@ class SingleTaskSelectionSampler(TaskSampler):
         return mask
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(tasks={self.tasks}, candidates={self.candidates}, "
-                f"warmup_steps={self.warmup_steps})")
+        return (
+            f"{type(self).__name__}(tasks={self.tasks}, candidates={self.candidates}, warmup_steps={self.warmup_steps})"
+        )
