@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from units_lightning.data.datamodule import EpisodicDataModule
 from units_lightning.data.images import FewShotImages
-from units_lightning.samplers.base import TaskSampler
 
 __all__ = ["OmniglotDataModule", "SyntheticGlyphsDataModule"]
 
@@ -22,39 +22,19 @@ class SyntheticGlyphsDataModule(EpisodicDataModule):
         images_per_class: drawings per class.
         image_size: side of the square images.
         glyph_seed: seed that defines the classes and drawings.
-        (other arguments: see ``EpisodicDataModule``)
+        **kwargs: the episode options of ``EpisodicDataModule`` (sampler, n_way, k_shot, ...).
     """
 
     def __init__(
         self,
-        sampler: TaskSampler | None = None,
-        n_way: int = 5,
-        k_shot: int = 1,
-        query_shots: int = 1,
-        eval_query_shots: int | None = None,
-        val_tasks: int = 100,
-        test_tasks: int = 600,
-        eval_batch_tasks: int = 10,
-        seed: int = 0,
-        num_workers: int = 0,
         train_classes: int = 1000,
         eval_classes: int = 200,
         images_per_class: int = 20,
         image_size: int = 28,
         glyph_seed: int = 0,
+        **kwargs: Any,
     ):
-        super().__init__(
-            sampler,
-            n_way,
-            k_shot,
-            query_shots,
-            eval_query_shots,
-            val_tasks,
-            test_tasks,
-            eval_batch_tasks,
-            seed,
-            num_workers,
-        )
+        super().__init__(**kwargs)
         self.train_classes, self.eval_classes = train_classes, eval_classes
         self.images_per_class, self.image_size, self.glyph_seed = images_per_class, image_size, glyph_seed
         self.image_shape = (1, image_size, image_size)
@@ -87,40 +67,20 @@ class OmniglotDataModule(EpisodicDataModule):
         image_size: side of the resized square images.
         rotations: rotation angles (multiples of 90) that augment the train classes; ``[0]`` for none.
         split_sizes: characters in train, val and test.
-        (other arguments: see ``EpisodicDataModule``)
+        **kwargs: the episode options of ``EpisodicDataModule`` (sampler, n_way, k_shot, ...).
     """
 
     def __init__(
         self,
         root: str = "data/omniglot",
-        sampler: TaskSampler | None = None,
-        n_way: int = 5,
-        k_shot: int = 1,
-        query_shots: int = 1,
-        eval_query_shots: int | None = None,
-        val_tasks: int = 100,
-        test_tasks: int = 600,
-        eval_batch_tasks: int = 10,
-        seed: int = 0,
-        num_workers: int = 0,
         download: bool = False,
         cache_dir: str | None = None,
         image_size: int = 28,
         rotations: list[int] | None = None,
         split_sizes: tuple[int, int, int] = (1150, 50, 423),
+        **kwargs: Any,
     ):
-        super().__init__(
-            sampler,
-            n_way,
-            k_shot,
-            query_shots,
-            eval_query_shots,
-            val_tasks,
-            test_tasks,
-            eval_batch_tasks,
-            seed,
-            num_workers,
-        )
+        super().__init__(**kwargs)
         self.root, self.download, self.cache_dir = Path(root), download, cache_dir
         self.image_size = image_size
         self.rotations = [0, 90, 180, 270] if rotations is None else list(rotations)
