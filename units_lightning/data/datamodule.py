@@ -96,7 +96,8 @@ class StepSampler(DistributedSampler):
     would otherwise wrap it in a sampler that splits indices between ranks (and needs a length).
     """
 
-    def __init__(self, start: Callable[[], int]):  # noqa: D107 (DistributedSampler's __init__ is not wanted)
+    def __init__(self, start: Callable[[], int]):
+        # DistributedSampler.__init__ is skipped on purpose: it wants a sized dataset and splits it by rank.
         self.start = start
         self.epoch = 0
 

@@ -138,9 +138,13 @@ class TaskSampler:
 
     # --- choosing what to label (model side) ----------------------------------------------------------
 
+    def warming_up(self, step: int) -> bool:
+        """True before ``warmup_steps``: no selection yet."""
+        return step < self.warmup_steps
+
     def needs_scores(self, step: int) -> bool:
         """Whether ``select`` at ``step`` looks at the scores (if not, the model skips the scoring pass)."""
-        return self.uses_scores and step >= self.warmup_steps
+        return self.uses_scores and not self.warming_up(step)
 
     def select(self, scores: Tensor, step: int) -> Tensor:
         """Mask of the query sets to label at ``step``.
@@ -153,7 +157,7 @@ class TaskSampler:
         Returns:
             (T, Q) bool mask.
         """
-        if step < self.warmup_steps:
+        if self.warming_up(step):
             return self.warmup_choice(scores)
         return self.choose(scores)
 
