@@ -150,3 +150,38 @@ def test_predict_describes_every_query_without_labels(tmp_path):
     assert ((first["vacuity"] > 0) & (first["vacuity"] <= 1)).all()
     assert ((first["dissonance"] >= 0) & (first["dissonance"] < 1)).all()
     assert first["classes"].shape == (2, 5)
+
+
+class _Outputs(pl.Callback):
+    def __init__(self):
+        self.train, self.val = [], []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.train.append((outputs, batch))
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        self.val.append((outputs, batch))
+
+
+def test_steps_return_per_query_values_for_callbacks(tmp_path):
+    seen = _Outputs()
+    sampler = MultiQuerySampler(tasks=2, query_sets=3)
+    data = tiny_data(sampler, eval_batch_tasks=2)
+    trainer = tiny_trainer(tmp_path, max_steps=2, callbacks=[seen], limit_val_batches=None, val_check_interval=2)
+    trainer.fit(tiny_model(), data)
+    outputs, batch = seen.train[-1]
+    assert outputs["scores"].shape == outputs["chosen"].shape == (2, 3)
+    assert outputs["chosen"].sum(dim=1).tolist() == [1, 1]
+    # The chosen query set of each task is the one with the highest score.
+    assert torch.equal(outputs["chosen"].float().argmax(1), outputs["scores"].argmax(1))
+    assert outputs["vacuity"].shape == outputs["dissonance"].shape == outputs["correct"].shape == (2, 5)
+    assert 0.0 <= outputs["lam"] <= 1.0 and outputs["eta"] >= 0.0
+    outputs, batch = seen.val[0]
+    queries = (2, 10)  # eval_query_shots=2 per class of 5
+    for key in ("labels", "vacuity", "dissonance", "incorrect_belief", "correct_belief", "correct"):
+        assert outputs[key].shape == queries, key
+    assert outputs["probability"].shape == outputs["logits"].shape == (*queries, 5)
+    torch.testing.assert_close(outputs["probability"].sum(-1), torch.ones(queries))
+    total = outputs["vacuity"] + outputs["incorrect_belief"] + outputs["correct_belief"]
+    torch.testing.assert_close(total, torch.ones(queries))
+    assert torch.equal(outputs["correct"], outputs["logits"].argmax(-1) == outputs["labels"])

@@ -30,6 +30,7 @@ __all__ = [
     "dissonance",
     "expected_probability",
     "incorrect_belief",
+    "query_beliefs",
     "task_beliefs",
     "task_uncertainty",
     "vacuity",
@@ -163,6 +164,28 @@ class TaskBeliefs(NamedTuple):
     correct: Tensor | None = None
 
 
+def query_beliefs(evidence: Tensor, labels: Tensor | None = None) -> TaskBeliefs:
+    """Vacuity, dissonance and (with labels) incorrect and correct belief of every query sample.
+
+    Args:
+        evidence: (..., N) evidence of each query sample.
+        labels: (...) class indices, or None for unlabeled queries.
+
+    Returns:
+        TaskBeliefs of tensors of shape (...), one value per query.
+
+    Example:
+        >>> q = query_beliefs(torch.tensor([[3.0, 0.0], [1.0, 1.0]]), torch.tensor([0, 1]))
+        >>> [[round(float(v), 4) for v in x] for x in q]
+        [[0.4, 0.5], [0.0, 0.5], [0.0, 0.25], [0.6, 0.25]]
+    """
+    masses = belief(evidence)
+    vac, dis = vacuity(evidence), dissonance(masses)
+    if labels is None:
+        return TaskBeliefs(vac, dis)
+    return TaskBeliefs(vac, dis, incorrect_belief(masses, labels), correct_belief(masses, labels))
+
+
 def task_beliefs(evidence: Tensor, labels: Tensor | None = None) -> TaskBeliefs:
     """Task-level mean vacuity, dissonance and (with labels) incorrect and correct belief.
 
@@ -178,14 +201,7 @@ def task_beliefs(evidence: Tensor, labels: Tensor | None = None) -> TaskBeliefs:
         >>> [round(float(x), 4) for x in t]
         [0.45, 0.25, 0.125, 0.425]
     """
-    masses = belief(evidence)
-    vac = vacuity(evidence).mean(dim=-1)
-    dis = dissonance(masses).mean(dim=-1)
-    if labels is None:
-        return TaskBeliefs(vac, dis)
-    return TaskBeliefs(
-        vac, dis, incorrect_belief(masses, labels).mean(dim=-1), correct_belief(masses, labels).mean(dim=-1)
-    )
+    return TaskBeliefs(*(None if x is None else x.mean(dim=-1) for x in query_beliefs(evidence, labels)))
 
 
 def task_uncertainty(vacuous_belief: Tensor, conflicting_belief: Tensor, lam: float | Tensor) -> Tensor:

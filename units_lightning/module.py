@@ -11,9 +11,11 @@ from torch import Tensor, nn
 
 from units_lightning.backbones import ConvNet
 from units_lightning.belief import (
+    TaskBeliefs,
     belief,
     dissonance,
     expected_probability,
+    query_beliefs,
     task_beliefs,
     task_uncertainty,
     vacuity,
@@ -128,7 +130,15 @@ class UnitsMAML(pl.LightningModule):
 
     # --- Algorithm 1 ----------------------------------------------------------------------------------
 
-    def training_step(self, batch: TaskBatch, batch_idx: int) -> Tensor:
+    def training_step(self, batch: TaskBatch, batch_idx: int) -> dict[str, Any]:
+        """One meta-update (Algorithm 1).
+
+        Returns:
+            dict for callbacks (``on_train_batch_end`` outputs): ``loss``; (T, Q) ``scores`` (task uncertainty
+            of every candidate query set, zeros while the sampler does not use them) and ``chosen`` (bool);
+            (K, M) ``vacuity``, ``dissonance`` and ``correct`` of the K labeled query sets' queries; floats
+            ``lam`` and ``eta``.
+        """
         lam, eta = self.lam(self.schedule_epoch), self.eta(self.schedule_epoch)
         adapted = self.engine.adapt(
             batch.support_x,
@@ -148,8 +158,17 @@ class UnitsMAML(pl.LightningModule):
                 f"non-finite meta-loss ({loss.item()}) at step {self.global_step}: lower model.lr, model.inner_lr "
                 f"or the eta peak; checkpoints already written are intact (label ledger: {self.ledger})"
             )
-        self._log_training(loss, logits.detach(), labels, scores, chosen, lam, eta)
-        return loss
+        queries = self._log_training(loss, logits.detach(), labels, scores, chosen, lam, eta)
+        return {
+            "loss": loss,
+            "scores": scores.detach(),
+            "chosen": chosen,
+            "vacuity": queries.vacuity,
+            "dissonance": queries.dissonance,
+            "correct": logits.detach().argmax(-1) == labels,
+            "lam": lam,
+            "eta": eta,
+        }
 
     @torch.no_grad()
     def score_query_sets(self, adapted: Any, query_x: Tensor, lam: float) -> Tensor:
@@ -168,10 +187,10 @@ class UnitsMAML(pl.LightningModule):
 
     # --- evaluation -----------------------------------------------------------------------------------
 
-    def validation_step(self, batch: TaskBatch, batch_idx: int) -> Tensor:
+    def validation_step(self, batch: TaskBatch, batch_idx: int) -> dict[str, Tensor]:
         return self._evaluate(batch, "val")
 
-    def test_step(self, batch: TaskBatch, batch_idx: int) -> Tensor:
+    def test_step(self, batch: TaskBatch, batch_idx: int) -> dict[str, Tensor]:
         return self._evaluate(batch, "test")
 
     def predict_step(self, batch: TaskBatch, batch_idx: int) -> dict[str, Tensor]:
@@ -210,18 +229,27 @@ class UnitsMAML(pl.LightningModule):
             task_index = torch.arange(query_x.shape[0], device=query_x.device)
             return self.engine.predict(adapted, query_x, task_index).detach()
 
-    def _evaluate(self, batch: TaskBatch, stage: str) -> Tensor:
+    def _evaluate(self, batch: TaskBatch, stage: str) -> dict[str, Tensor]:
+        """Adapt, predict the first query set of each task, log the means, return per-query values.
+
+        Returns:
+            dict for callbacks and metrics: ``loss``; (T, M, N) ``logits`` and ``probability`` (expected
+            Dirichlet probabilities); (T, M) ``labels``, ``vacuity``, ``dissonance``, ``incorrect_belief``,
+            ``correct_belief`` and ``correct`` (bool).
+        """
         logits = self.adapt_and_predict(batch.support_x, batch.support_y, batch.query_x[:, 0])
         labels = LabelLedger.evaluation_labels(batch)[:, 0]
         loss = self.loss(logits, labels, self.eta(self.schedule_epoch))
-        beliefs = task_beliefs(self.loss.evidence(logits), labels)
+        evidence = self.loss.evidence(logits)
+        queries = query_beliefs(evidence, labels)
+        correct = logits.argmax(-1) == labels
         values = {
             "loss": loss,
-            "acc": (logits.argmax(-1) == labels).float().mean(),
-            "vacuity": beliefs.vacuity.mean(),
-            "dissonance": beliefs.dissonance.mean(),
-            "incorrect_belief": beliefs.incorrect.mean(),
-            "correct_belief": beliefs.correct.mean(),
+            "acc": correct.float().mean(),
+            "vacuity": queries.vacuity.mean(),
+            "dissonance": queries.dissonance.mean(),
+            "incorrect_belief": queries.incorrect.mean(),
+            "correct_belief": queries.correct.mean(),
         }
         self.log(
             f"{stage}/acc", values.pop("acc"), on_epoch=True, prog_bar=True, batch_size=batch.num_tasks, sync_dist=True
@@ -229,14 +257,26 @@ class UnitsMAML(pl.LightningModule):
         self.log_dict(
             {f"{stage}/{k}": v for k, v in values.items()}, on_epoch=True, batch_size=batch.num_tasks, sync_dist=True
         )
-        return loss
+        return {
+            "loss": loss,
+            "logits": logits,
+            "probability": expected_probability(evidence),
+            "labels": labels,
+            "vacuity": queries.vacuity,
+            "dissonance": queries.dissonance,
+            "incorrect_belief": queries.incorrect,
+            "correct_belief": queries.correct,
+            "correct": correct,
+        }
 
     # --- logging and checkpoints ----------------------------------------------------------------------
 
     def _log_training(
         self, loss: Tensor, logits: Tensor, labels: Tensor, scores: Tensor, chosen: Tensor, lam: float, eta: float
-    ) -> None:
-        beliefs = task_beliefs(self.loss.evidence(logits), labels)
+    ) -> TaskBeliefs:
+        """Log the step's means; return the per-query beliefs of the labeled query sets."""
+        queries = query_beliefs(self.loss.evidence(logits), labels)
+        beliefs = TaskBeliefs(*(x.mean(dim=-1) for x in queries))
         num_chosen = int(chosen.sum())
         values = {
             "train/loss": loss.detach(),
@@ -264,6 +304,7 @@ class UnitsMAML(pl.LightningModule):
             on_step=True,
             on_epoch=False,
         )
+        return queries
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["label_ledger"] = self.ledger.state_dict()
