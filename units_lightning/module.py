@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 import lightning.pytorch as pl
 import torch
@@ -21,7 +21,7 @@ from units_lightning.belief import (
     vacuity,
 )
 from units_lightning.data.episode import TaskBatch
-from units_lightning.engines.learn2learn import Learn2LearnEngine
+from units_lightning.engines import BatchedEngine, InnerLRMode, Learn2LearnEngine
 from units_lightning.ledger import LabelLedger
 from units_lightning.losses import EvidentialLoss, MetaLoss
 from units_lightning.samplers.base import TaskSampler
@@ -48,7 +48,14 @@ class UnitsMAML(pl.LightningModule):
         filters: channels of the default 4-conv backbone.
         backbone: a network to use instead of the default ``ConvNet``.
         loss: per-task loss for inner and outer loop (default ``EvidentialLoss()``).
-        inner_lr: inner-loop learning rate.
+        inner_lr: inner-loop learning rate (the initial one when learned).
+        inner_lr_mode: "fixed" (MAML), "per_layer_per_step" (learned per layer and step: MAML++, the
+            paper's setup) or "per_parameter" (Meta-SGD, the paper's UA-MetaSGD).
+        per_step_bn: one pair of batch-norm weights per inner step, meta-learned only (MAML++, the
+            paper's setup); the default backbone only.
+        engine: "batched" (every task at once with torch.func), "learn2learn" (one task at a time, the
+            reference) or "auto" (batched). Both compute the same meta-gradients (tests/engines).
+        chunk_size: tasks the batched engine vectorises at once (None: all); bounds evaluation memory.
         inner_steps: inner-loop gradient steps in training.
         eval_inner_steps: inner-loop steps in validation and test (default: ``inner_steps``).
         first_order: drop second-order terms of the meta-gradient (default: second order).
@@ -70,6 +77,10 @@ class UnitsMAML(pl.LightningModule):
         backbone: nn.Module | None = None,
         loss: MetaLoss | None = None,
         inner_lr: float = 0.1,
+        inner_lr_mode: InnerLRMode = "fixed",
+        per_step_bn: bool = False,
+        engine: Literal["auto", "batched", "learn2learn"] = "auto",
+        chunk_size: int | None = None,
         inner_steps: int = 5,
         eval_inner_steps: int | None = None,
         first_order: bool = False,
@@ -84,8 +95,18 @@ class UnitsMAML(pl.LightningModule):
         self.save_hyperparameters(ignore=["backbone", "sampler"])
         if inner_steps < 0 or (eval_inner_steps is not None and eval_inner_steps < 0):
             raise ValueError("inner_steps and eval_inner_steps must be >= 0")
-        backbone = backbone if backbone is not None else ConvNet(tuple(image_shape), n_way, filters)
-        self.engine = Learn2LearnEngine(backbone, inner_lr=inner_lr)
+        eval_steps = inner_steps if eval_inner_steps is None else eval_inner_steps
+        if backbone is None:
+            bn_steps = max(inner_steps, eval_steps) + 1 if per_step_bn else 1
+            backbone = ConvNet(tuple(image_shape), n_way, filters, bn_steps=bn_steps)
+        elif per_step_bn:
+            raise ValueError("per_step_bn builds the default ConvNet; give your own backbone per-step weights instead")
+        if engine not in ("auto", "batched", "learn2learn"):
+            raise ValueError(f"engine must be 'auto', 'batched' or 'learn2learn', got {engine!r}")
+        if engine == "learn2learn":
+            self.engine = Learn2LearnEngine(backbone, inner_lr, inner_lr_mode, inner_steps)
+        else:
+            self.engine = BatchedEngine(backbone, inner_lr, inner_lr_mode, inner_steps, chunk_size=chunk_size)
         self.loss = loss if loss is not None else EvidentialLoss()
         self.lam = lam if lam is not None else LinearAnneal(0.99, 0.5, 50)
         self.eta = eta if eta is not None else LinearWarmup(2.0, 10)
@@ -93,7 +114,7 @@ class UnitsMAML(pl.LightningModule):
         self.ledger = LabelLedger(label_budget)
         self.n_way = n_way
         self.inner_steps = inner_steps
-        self.eval_inner_steps = inner_steps if eval_inner_steps is None else eval_inner_steps
+        self.eval_inner_steps = eval_steps
         self.first_order = first_order
         self.lr = lr
         self.schedule_steps_per_epoch = schedule_steps_per_epoch
