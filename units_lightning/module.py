@@ -56,6 +56,7 @@ class UnitsMAML(pl.LightningModule):
         engine: "batched" (every task at once with torch.func), "learn2learn" (one task at a time, the
             reference) or "auto" (batched). Both compute the same meta-gradients (tests/engines).
         chunk_size: tasks the batched engine vectorises at once (None: all); bounds evaluation memory.
+        compile: ``torch.compile`` the batched engine's training step (GPU; see docs/PERFORMANCE.md).
         inner_steps: inner-loop gradient steps in training.
         eval_inner_steps: inner-loop steps in validation and test (default: ``inner_steps``).
         first_order: drop second-order terms of the meta-gradient (default: second order).
@@ -81,6 +82,7 @@ class UnitsMAML(pl.LightningModule):
         per_step_bn: bool = False,
         engine: Literal["auto", "batched", "learn2learn"] = "auto",
         chunk_size: int | None = None,
+        compile: bool = False,
         inner_steps: int = 5,
         eval_inner_steps: int | None = None,
         first_order: bool = False,
@@ -104,9 +106,11 @@ class UnitsMAML(pl.LightningModule):
         if engine not in ("auto", "batched", "learn2learn"):
             raise ValueError(f"engine must be 'auto', 'batched' or 'learn2learn', got {engine!r}")
         if engine == "learn2learn":
+            if compile:
+                raise ValueError("compile applies to the batched engine: set model.engine=batched (or auto)")
             self.engine = Learn2LearnEngine(backbone, inner_lr, inner_lr_mode, inner_steps)
         else:
-            self.engine = BatchedEngine(backbone, inner_lr, inner_lr_mode, inner_steps, chunk_size=chunk_size)
+            self.engine = BatchedEngine(backbone, inner_lr, inner_lr_mode, inner_steps, chunk_size, compile)
         self.loss = loss if loss is not None else EvidentialLoss()
         self.lam = lam if lam is not None else LinearAnneal(0.99, 0.5, 50)
         self.eta = eta if eta is not None else LinearWarmup(2.0, 10)
@@ -161,10 +165,12 @@ class UnitsMAML(pl.LightningModule):
             ``lam`` and ``eta``.
         """
         lam, eta = self.lam(self.schedule_epoch), self.eta(self.schedule_epoch)
+        # eta enters the graph as a tensor: its schedule then never triggers a recompilation.
+        eta_tensor = torch.tensor(eta, dtype=batch.support_x.dtype, device=batch.support_x.device)
         adapted = self.engine.adapt(
             batch.support_x,
             batch.support_y,
-            partial(self.loss, eta=eta),
+            partial(self.loss, eta=eta_tensor),
             self.inner_steps,
             create_graph=not self.first_order,
         )

@@ -57,6 +57,7 @@ class BatchedEngine(nn.Module):
         inner_lr_mode: InnerLRMode = "fixed",
         inner_steps: int = 1,
         chunk_size: int | None = None,
+        compile: bool = False,
     ):
         super().__init__()
         if chunk_size is not None and chunk_size < 1:
@@ -71,12 +72,34 @@ class BatchedEngine(nn.Module):
         self.inner_lr = InnerLearningRates(inner_loop_parameters(model), inner_lr, inner_lr_mode, inner_steps)
         self.chunk_size = chunk_size
         self._step_kwarg = accepts_step(model)
+        self.compile = compile
+        self._compiled_adapt = torch.compile(self._adapt_all) if compile else self._adapt_all
+        self._compiled_predict = torch.compile(self._predict_all) if compile else self._predict_all
 
     def adapt(
         self, support_x: Tensor, support_y: Tensor, loss: InnerLoss, steps: int, create_graph: bool
     ) -> AdaptedWeights:
         slow = inner_loop_parameters(self.model)
+        if steps == 0:
+            return AdaptedWeights({n: w.expand(len(support_x), *w.shape) for n, w in slow.items()}, 0)
+        run = self._compiled_adapt if self.training else self._adapt_all
+        return AdaptedWeights(run(slow, support_x, support_y, loss, steps, create_graph), steps)
 
+    def predict(self, adapted: AdaptedWeights, query_x: Tensor, task_index: Tensor) -> Tensor:
+        if query_x.shape[0] == 0:
+            return query_x.new_zeros(0, query_x.shape[1], self._num_outputs())
+        run = self._compiled_predict if self.training else self._predict_all
+        return run(adapted.fast, query_x, task_index, adapted.steps)
+
+    def _adapt_all(
+        self,
+        slow: dict[str, Tensor],
+        support_x: Tensor,
+        support_y: Tensor,
+        loss: InnerLoss,
+        steps: int,
+        create_graph: bool,
+    ) -> dict[str, Tensor]:
         def adapt_task(x: Tensor, y: Tensor) -> dict[str, Tensor]:
             fast = slow
             for step in range(steps):
@@ -86,15 +109,11 @@ class BatchedEngine(nn.Module):
                 fast = {name: w - self.inner_lr(name, step) * grads[name] for name, w in fast.items()}
             return fast
 
-        if steps == 0:
-            return AdaptedWeights({n: w.expand(len(support_x), *w.shape) for n, w in slow.items()}, 0)
-        return AdaptedWeights(vmap(adapt_task, chunk_size=self.chunk_size)(support_x, support_y), steps)
+        return vmap(adapt_task, chunk_size=self.chunk_size)(support_x, support_y)
 
-    def predict(self, adapted: AdaptedWeights, query_x: Tensor, task_index: Tensor) -> Tensor:
-        if query_x.shape[0] == 0:
-            return query_x.new_zeros(0, query_x.shape[1], self._num_outputs())
-        weights = {name: w[task_index] for name, w in adapted.fast.items()}
-        forward = lambda w, x: self._forward(w, x, adapted.steps)  # noqa: E731
+    def _predict_all(self, fast: dict[str, Tensor], query_x: Tensor, task_index: Tensor, steps: int) -> Tensor:
+        weights = {name: w[task_index] for name, w in fast.items()}
+        forward = lambda w, x: self._forward(w, x, steps)  # noqa: E731
         return vmap(forward, chunk_size=self.chunk_size)(weights, query_x)
 
     def _forward(self, fast: dict[str, Tensor], x: Tensor, step: int) -> Tensor:
