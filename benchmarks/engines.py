@@ -80,7 +80,7 @@ def random_batch(shape: Shape, query_sets: int, device: torch.device, seed: int 
     )
 
 
-def build(shape: Shape, engine: str, selection: bool, device: torch.device, compile: bool = False) -> UnitsMAML:
+def build(shape: Shape, engine: str, device: torch.device, compile: bool = False) -> UnitsMAML:
     torch.manual_seed(0)
     model = UnitsMAML(
         n_way=shape.n_way,
@@ -93,9 +93,7 @@ def build(shape: Shape, engine: str, selection: bool, device: torch.device, comp
         compile=compile,
         inner_steps=5,
     ).to(device)
-    model.sampler = (
-        MultiQuerySampler(tasks=shape.meta_batch, query_sets=QUERY_SETS) if selection else RandomSampler(shape.meta_batch)
-    )
+    model.sampler = RandomSampler(shape.meta_batch)
     return model
 
 
@@ -145,19 +143,20 @@ def meta_gradient(model: UnitsMAML, batch: TaskBatch) -> torch.Tensor:
     return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
 
 
-def compiled_check(shape: Shape, device: torch.device) -> tuple[float, float]:
-    """Compile time (s) of the batched step and the relative difference of its meta-gradient to eager, TF32 off."""
+def compiled_check(shape: Shape, device: torch.device) -> tuple[float, float, UnitsMAML]:
+    """Compile time (s) of the batched step, the relative difference of its meta-gradient to eager with TF32
+    off, and the compiled model (reused for timing, so that it compiles once)."""
     tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     try:
         batch = random_batch(shape, 1, device, seed=1)
-        eager = meta_gradient(build(shape, "batched", False, device), batch)
-        compiled_model = build(shape, "batched", False, device, compile=True)
+        eager = meta_gradient(build(shape, "batched", device), batch)
+        compiled_model = build(shape, "batched", device, compile=True)
         start = time.perf_counter()
         compiled = meta_gradient(compiled_model, batch)
         sync(device)
         compile_s = time.perf_counter() - start
-        return compile_s, float((compiled - eager).norm() / eager.norm())
+        return compile_s, float((compiled - eager).norm() / eager.norm()), compiled_model
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
 
@@ -169,16 +168,18 @@ def run(args: argparse.Namespace) -> list[dict]:
     for shape in [s for s in SHAPES if not args.shapes or s.name in args.shapes]:
         row: dict = {"shape": shape, "tasks_per_s": {}, "memory": {}, "ml_over_nts": {}}
         if args.compile:
-            row["compile_s"], row["compile_rel_diff"] = compiled_check(shape, device)
+            row["compile_s"], row["compile_rel_diff"], compiled_model = compiled_check(shape, device)
         for engine in engines:
             kind, compile = engine.split("+")[0], engine.endswith("+compile")
-            nts_model = build(shape, kind, False, device, compile)
+            # One model per engine (a compiled one compiles once); the sampler decides NTS or Units-ML.
+            model = compiled_model if compile else build(shape, kind, device)
             nts_batch = random_batch(shape, 1, device)
-            nts = time_steps(nts_model, nts_batch, device, args.warmup, args.repeats)
-            ml_model = build(shape, kind, True, device, compile)
-            ml = time_steps(ml_model, random_batch(shape, QUERY_SETS, device), device, args.warmup, args.repeats)
+            nts = time_steps(model, nts_batch, device, args.warmup, args.repeats)
+            memory = peak_memory_mib(model, nts_batch, device)
+            model.sampler = MultiQuerySampler(tasks=shape.meta_batch, query_sets=QUERY_SETS)
+            ml = time_steps(model, random_batch(shape, QUERY_SETS, device), device, args.warmup, args.repeats)
             row["tasks_per_s"][engine] = shape.meta_batch / nts
-            row["memory"][engine] = peak_memory_mib(nts_model, nts_batch, device)
+            row["memory"][engine] = memory
             row["ml_over_nts"][engine] = ml / nts
             print(
                 f"{shape.name:24s} {engine:16s} {shape.meta_batch / nts:8.1f} tasks/s  "

@@ -203,10 +203,9 @@ class UnitsMAML(pl.LightningModule):
         num_tasks, num_sets = query_x.shape[:2]
         if not self.sampler.needs_scores(self.global_step):
             return query_x.new_zeros(num_tasks, num_sets)
-        task_index = torch.arange(num_tasks, device=query_x.device).repeat_interleave(num_sets)
-        logits = self.engine.predict(adapted, query_x.flatten(0, 1), task_index)
+        logits = self.engine.predict_sets(adapted, query_x)
         beliefs = task_beliefs(self.loss.evidence(logits))
-        return task_uncertainty(beliefs.vacuity, beliefs.dissonance, lam).view(num_tasks, num_sets)
+        return task_uncertainty(beliefs.vacuity, beliefs.dissonance, lam)
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.ledger.exhausted:
@@ -253,8 +252,7 @@ class UnitsMAML(pl.LightningModule):
             adapted = self.engine.adapt(
                 support_x, support_y, partial(self.loss, eta=eta), self.eval_inner_steps, create_graph=False
             )
-            task_index = torch.arange(query_x.shape[0], device=query_x.device)
-            return self.engine.predict(adapted, query_x, task_index).detach()
+            return self.engine.predict_sets(adapted, query_x.unsqueeze(1))[:, 0].detach()
 
     def _evaluate(self, batch: TaskBatch, stage: str) -> dict[str, Tensor]:
         """Adapt, predict the first query set of each task, log the means, return per-query values.

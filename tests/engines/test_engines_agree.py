@@ -46,11 +46,12 @@ def meta_step(engine, second_order):
     """Algorithm 1 in miniature: adapt, score every query set, meta-gradient of each task's first set."""
     support_x, support_y, query_x, query_y = episode()
     adapted = engine.adapt(support_x, support_y, LOSS, STEPS, create_graph=second_order)
-    task_index = torch.arange(TASKS).repeat_interleave(QUERY_SETS)
     with torch.no_grad():
-        logits = engine.predict(adapted, query_x.flatten(0, 1), task_index)
+        logits = engine.predict_sets(adapted, query_x)
+        routed = engine.predict(adapted, query_x.flatten(0, 1), torch.arange(TASKS).repeat_interleave(QUERY_SETS))
+        torch.testing.assert_close(logits.flatten(0, 1), routed, rtol=1e-12, atol=1e-14)
         beliefs = task_beliefs(EvidentialLoss().evidence(logits))
-        scores = task_uncertainty(beliefs.vacuity, beliefs.dissonance, 0.6).view(TASKS, QUERY_SETS)
+        scores = task_uncertainty(beliefs.vacuity, beliefs.dissonance, 0.6)
     logits = engine.predict(adapted, query_x[:, 0], torch.arange(TASKS))
     loss = LOSS(logits, query_y)
     names, params = zip(*engine.named_parameters(), strict=True)

@@ -48,6 +48,17 @@ class Engine(Protocol):
             (K, M, N) logits.
         """
 
+    def predict_sets(self, adapted: Any, query_x: Tensor) -> Tensor:
+        """Logits of every task's own query sets (scoring candidates, evaluation).
+
+        Args:
+            adapted: what ``adapt`` returned for T tasks.
+            query_x: (T, Q, M, C, H, W) Q query sets of M images per task; each set is normalised on its own.
+
+        Returns:
+            (T, Q, M, N) logits.
+        """
+
 
 def inner_loop_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
     """The parameters the inner loop updates: all but those the model lists in ``meta_only_parameters``.

@@ -75,6 +75,7 @@ class BatchedEngine(nn.Module):
         self.compile = compile
         self._compiled_adapt = torch.compile(self._adapt_all) if compile else self._adapt_all
         self._compiled_predict = torch.compile(self._predict_all) if compile else self._predict_all
+        self._compiled_predict_sets = torch.compile(self._predict_sets) if compile else self._predict_sets
 
     def adapt(
         self, support_x: Tensor, support_y: Tensor, loss: InnerLoss, steps: int, create_graph: bool
@@ -90,6 +91,10 @@ class BatchedEngine(nn.Module):
             return query_x.new_zeros(0, query_x.shape[1], self._num_outputs())
         run = self._compiled_predict if self.training else self._predict_all
         return run(adapted.fast, query_x, task_index, adapted.steps)
+
+    def predict_sets(self, adapted: AdaptedWeights, query_x: Tensor) -> Tensor:
+        run = self._compiled_predict_sets if self.training else self._predict_sets
+        return run(adapted.fast, query_x, adapted.steps)
 
     def _adapt_all(
         self,
@@ -115,6 +120,14 @@ class BatchedEngine(nn.Module):
         weights = {name: w[task_index] for name, w in fast.items()}
         forward = lambda w, x: self._forward(w, x, steps)  # noqa: E731
         return vmap(forward, chunk_size=self.chunk_size)(weights, query_x)
+
+    def _predict_sets(self, fast: dict[str, Tensor], query_x: Tensor, steps: int) -> Tensor:
+        # Tasks map over the weights; a task's query sets map over its inputs only, so each convolution
+        # runs once per task on all of its sets instead of once per set.
+        def task_sets(weights: dict[str, Tensor], sets: Tensor) -> Tensor:
+            return vmap(lambda x: self._forward(weights, x, steps))(sets)
+
+        return vmap(task_sets, chunk_size=self.chunk_size)(fast, query_x)
 
     def _forward(self, fast: dict[str, Tensor], x: Tensor, step: int) -> Tensor:
         kwargs = {"step": step} if self._step_kwarg else {}

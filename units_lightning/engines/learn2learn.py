@@ -69,6 +69,12 @@ class Learn2LearnEngine(nn.Module):
             [self._forward(adapted[int(t)], x, step) for x, t in zip(query_x, task_index.tolist(), strict=True)]
         )
 
+    def predict_sets(self, adapted: list[nn.Module], query_x: Tensor) -> Tensor:
+        step = adapted[0].adapted_steps
+        return torch.stack(
+            [torch.stack([self._forward(net, x, step) for x in sets]) for net, sets in zip(adapted, query_x, strict=True)]
+        )
+
     def _adapt_task(self, x: Tensor, y: Tensor, loss: InnerLoss, steps: int, create_graph: bool) -> nn.Module:
         learner = self._l2l.clone_module(self.model)
         names = list(dict(learner.named_parameters()))
