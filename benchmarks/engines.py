@@ -9,17 +9,19 @@ Adam step on random images:
 - the Units-ML step time (8 candidate query sets per task scored, the most uncertain labeled) over the
   Units-NTS step time: the cost of selection.
 
-With ``--compile`` the batched engine also runs under ``torch.compile``; its compile time is reported
-separately and its meta-gradient is checked against eager with TF32 off.
+With ``--capture cuda_graph`` (or ``compile``) the batched engine also runs with its training inner loop
+replayed as CUDA graphs (or under ``torch.compile``); the capture or compile time is reported separately and
+the meta-gradient is checked against eager with TF32 off.
 
 Usage:
     python benchmarks/engines.py                       # CPU, all shapes, prints the table
-    python benchmarks/engines.py --device cuda --compile --write docs/PERFORMANCE.md
+    python benchmarks/engines.py --device cuda --capture cuda_graph --write docs/PERFORMANCE.md
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import platform
 import sys
@@ -80,7 +82,7 @@ def random_batch(shape: Shape, query_sets: int, device: torch.device, seed: int 
     )
 
 
-def build(shape: Shape, engine: str, device: torch.device, compile: bool = False) -> UnitsMAML:
+def build(shape: Shape, engine: str, device: torch.device, capture: str = "none") -> UnitsMAML:
     torch.manual_seed(0)
     model = UnitsMAML(
         n_way=shape.n_way,
@@ -90,7 +92,7 @@ def build(shape: Shape, engine: str, device: torch.device, compile: bool = False
         inner_lr_mode="per_layer_per_step",
         per_step_bn=True,
         engine=engine,
-        compile=compile,
+        capture=capture,
         inner_steps=5,
     ).to(device)
     model.sampler = RandomSampler(shape.meta_batch)
@@ -124,18 +126,6 @@ def time_steps(model: UnitsMAML, batch: TaskBatch, device: torch.device, warmup:
     return sorted(times)[len(times) // 2]
 
 
-def peak_memory_mib(model: UnitsMAML, batch: TaskBatch, device: torch.device) -> float | None:
-    if device.type != "cuda":
-        return None
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    sync(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    before = torch.cuda.memory_allocated(device)
-    step(model, batch, optimizer)
-    sync(device)
-    return (torch.cuda.max_memory_allocated(device) - before) / 2**20
-
-
 def meta_gradient(model: UnitsMAML, batch: TaskBatch) -> torch.Tensor:
     model.zero_grad(set_to_none=True)
     model.ledger = LabelLedger(None)
@@ -143,41 +133,62 @@ def meta_gradient(model: UnitsMAML, batch: TaskBatch) -> torch.Tensor:
     return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
 
 
-def compiled_check(shape: Shape, device: torch.device) -> tuple[float, float, UnitsMAML]:
-    """Compile time (s) of the batched step, the relative difference of its meta-gradient to eager with TF32
-    off, and the compiled model (reused for timing, so that it compiles once)."""
+def relative_difference(shape: Shape, device: torch.device, capture: str, dtype: torch.dtype) -> float:
+    """Relative difference of the captured meta-gradient to eager, TF32 off, in ``dtype``."""
+    batch = random_batch(shape, 1, device, seed=1)
+    batch = TaskBatch(batch.support_x.to(dtype), batch.support_y, batch.query_x.to(dtype), batch.query_y, batch.classes)
+    eager = meta_gradient(build(shape, "batched", device, "none").to(dtype), batch)
+    captured = build(shape, "batched", device, capture).to(dtype)
+    for _ in range(2):  # capture, then replay
+        replayed = meta_gradient(captured, batch)
+    return float((replayed - eager).norm() / eager.norm())
+
+
+def capture_check(shape: Shape, device: torch.device, capture: str) -> tuple[float, float]:
+    """Relative difference of the replayed meta-gradient to eager with TF32 off, in float32 and in float64."""
     tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     try:
-        batch = random_batch(shape, 1, device, seed=1)
-        eager = meta_gradient(build(shape, "batched", device), batch)
-        compiled_model = build(shape, "batched", device, compile=True)
-        start = time.perf_counter()
-        compiled = meta_gradient(compiled_model, batch)
-        sync(device)
-        compile_s = time.perf_counter() - start
-        return compile_s, float((compiled - eager).norm() / eager.norm()), compiled_model
+        return tuple(relative_difference(shape, device, capture, dtype) for dtype in (torch.float32, torch.float64))
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
 
 
+def release(device: torch.device) -> float:
+    """Free cached memory; return what stays reserved (the baseline of the next measurement)."""
+    gc.collect()
+    if device.type != "cuda":
+        return 0.0
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats(device)
+    return torch.cuda.memory_reserved(device)
+
+
 def run(args: argparse.Namespace) -> list[dict]:
     device = torch.device(args.device)
-    engines = ["learn2learn", "batched"] + (["batched+compile"] if args.compile else [])
+    engines = ["learn2learn", "batched"] + [f"batched+{c}" for c in args.capture]
     rows = []
     for shape in [s for s in SHAPES if not args.shapes or s.name in args.shapes]:
         row: dict = {"shape": shape, "tasks_per_s": {}, "memory": {}, "ml_over_nts": {}}
-        if args.compile:
-            row["compile_s"], row["compile_rel_diff"], compiled_model = compiled_check(shape, device)
+        for capture in args.capture:
+            row.setdefault("capture", {})[capture] = capture_check(shape, device, capture)
         for engine in engines:
-            kind, compile = engine.split("+")[0], engine.endswith("+compile")
-            # One model per engine (a compiled one compiles once); the sampler decides NTS or Units-ML.
-            model = compiled_model if compile else build(shape, kind, device)
+            kind, _, capture = engine.partition("+")
+            baseline = release(device)
+            # One model per engine (a captured one captures once); the sampler decides NTS or Units-ML.
+            model = build(shape, kind, device, capture or "none")
+            model.score_precision = args.score_precision
             nts_batch = random_batch(shape, 1, device)
+            start = time.perf_counter()
+            step(model, nts_batch, torch.optim.Adam(model.parameters(), lr=1e-3))
+            sync(device)
+            if capture:
+                row["capture"][capture] = (time.perf_counter() - start, *row["capture"][capture])
             nts = time_steps(model, nts_batch, device, args.warmup, args.repeats)
-            memory = peak_memory_mib(model, nts_batch, device)
+            memory = None if device.type != "cuda" else (torch.cuda.max_memory_reserved(device) - baseline) / 2**20
             model.sampler = MultiQuerySampler(tasks=shape.meta_batch, query_sets=QUERY_SETS)
             ml = time_steps(model, random_batch(shape, QUERY_SETS, device), device, args.warmup, args.repeats)
+            del model
             row["tasks_per_s"][engine] = shape.meta_batch / nts
             row["memory"][engine] = memory
             row["ml_over_nts"][engine] = ml / nts
@@ -204,9 +215,13 @@ def table(rows: list[dict], engines: list[str]) -> str:
         cells += ["n/a" if memory[e] is None else f"{memory[e]:.0f}" for e in engines]
         cells += [f"{ratio[e]:.2f}" for e in engines]
         lines.append("| " + " | ".join(cells) + " |")
-    if any("compile_s" in row for row in rows):
-        lines += ["", "| shape | compile time s | compiled vs eager meta-gradient, TF32 off (relative) |", "|---|---|---|"]
-        lines += [f"| {r['shape'].name} | {r['compile_s']:.0f} | {r['compile_rel_diff']:.1e} |" for r in rows]
+    if any("capture" in row for row in rows):
+        lines += ["", "| shape | capture | first step (capture) s | vs eager, float32 TF32 off | vs eager, float64 |"]
+        lines += ["|---|---|---|---|---|"]
+        for r in rows:
+            lines += [
+                f"| {r['shape'].name} | {c} | {t:.1f} | {a:.1e} | {b:.1e} |" for c, (t, a, b) in r.get("capture", {}).items()
+            ]
     return "\n".join(lines)
 
 
@@ -242,14 +257,17 @@ def main() -> None:
     parser.add_argument("--shapes", nargs="*", help="subset of: " + " ".join(s.name for s in SHAPES))
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--compile", action="store_true", help="also time the batched engine under torch.compile")
+    parser.add_argument(
+        "--capture", nargs="*", default=[], choices=["cuda_graph", "compile"], help="also time these batched variants"
+    )
     parser.add_argument("--cudnn-benchmark", action="store_true")
+    parser.add_argument("--score-precision", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--write", type=Path, help="write the table into this Markdown file")
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = args.cudnn_benchmark
     device = torch.device(args.device)
     rows = run(args)
-    engines = ["learn2learn", "batched"] + (["batched+compile"] if args.compile else [])
+    engines = ["learn2learn", "batched"] + [f"batched+{c}" for c in args.capture]
     command = "python benchmarks/engines.py " + " ".join(sys.argv[1:])
     body = f"{environment(device)}\n\nCommand: `{command}` ({time.strftime('%Y-%m-%d')})\n\n{table(rows, engines)}"
     print(body)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
 from units_lightning.engines.base import InnerLoss, accepts_step, inner_loop_parameters
+from units_lightning.engines.cuda_graph import GraphedInnerLoop
 from units_lightning.engines.inner_lr import InnerLearningRates, InnerLRMode
 
 __all__ = ["AdaptedWeights", "BatchedEngine"]
@@ -57,9 +59,11 @@ class BatchedEngine(nn.Module):
         inner_lr_mode: InnerLRMode = "fixed",
         inner_steps: int = 1,
         chunk_size: int | None = None,
-        compile: bool = False,
+        capture: Literal["auto", "none", "cuda_graph", "compile"] = "auto",
     ):
         super().__init__()
+        if capture not in ("auto", "none", "cuda_graph", "compile"):
+            raise ValueError(f"capture must be 'auto', 'none', 'cuda_graph' or 'compile', got {capture!r}")
         if chunk_size is not None and chunk_size < 1:
             raise ValueError(f"chunk_size must be a positive number of tasks or None, got {chunk_size}")
         for name, module in model.named_modules():
@@ -72,10 +76,12 @@ class BatchedEngine(nn.Module):
         self.inner_lr = InnerLearningRates(inner_loop_parameters(model), inner_lr, inner_lr_mode, inner_steps)
         self.chunk_size = chunk_size
         self._step_kwarg = accepts_step(model)
-        self.compile = compile
+        self.capture = capture
+        compile = capture == "compile"
         self._compiled_adapt = torch.compile(self._adapt_all) if compile else self._adapt_all
         self._compiled_predict = torch.compile(self._predict_all) if compile else self._predict_all
         self._compiled_predict_sets = torch.compile(self._predict_sets) if compile else self._predict_sets
+        self._graphed = GraphedInnerLoop(self) if capture in ("auto", "cuda_graph") else None
 
     def adapt(
         self, support_x: Tensor, support_y: Tensor, loss: InnerLoss, steps: int, create_graph: bool
@@ -83,8 +89,24 @@ class BatchedEngine(nn.Module):
         slow = inner_loop_parameters(self.model)
         if steps == 0:
             return AdaptedWeights({n: w.expand(len(support_x), *w.shape) for n, w in slow.items()}, 0)
+        if self._use_graphs(support_x):
+            fast = self._graphed(support_x, support_y, loss, steps, create_graph)
+            return AdaptedWeights(dict(zip(slow, fast, strict=True)), steps)
         run = self._compiled_adapt if self.training else self._adapt_all
         return AdaptedWeights(run(slow, support_x, support_y, loss, steps, create_graph), steps)
+
+    def _use_graphs(self, support_x: Tensor) -> bool:
+        if self._graphed is None or not (self.training and support_x.is_cuda and torch.is_grad_enabled()):
+            return False
+        return self.capture == "cuda_graph" or not torch.distributed.is_initialized()
+
+    def forward(
+        self, support_x: Tensor, support_y: Tensor, loss: InnerLoss, steps: int, create_graph: bool
+    ) -> tuple[Tensor, ...]:
+        """The inner loop as a plain function of the module's parameters: the tasks' fast weights as a tuple,
+        in ``inner_loop_parameters`` order (what ``GraphedInnerLoop`` captures)."""
+        slow = inner_loop_parameters(self.model)
+        return tuple(self._adapt_all(slow, support_x, support_y, loss, steps, create_graph).values())
 
     def predict(self, adapted: AdaptedWeights, query_x: Tensor, task_index: Tensor) -> Tensor:
         if query_x.shape[0] == 0:
