@@ -151,7 +151,11 @@ def main() -> None:
         print(f"{config}: loader {rates[0]:.1f} / {rates[2]:.1f} batches/s (0 / 2 workers), "
               f"steps {result.step_rate:.3f}/s, ratio {result.ratio:.0f}x", flush=True)  # fmt: skip
         results.append(result)
-    machine = f"{os.cpu_count()} CPU cores ({platform.machine()}), torch {torch.__version__}, {time.strftime('%Y-%m-%d')}"
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    machine = (
+        f"{os.cpu_count()} CPU cores ({platform.machine()}, load average {load:.1f} at the end), torch "
+        f"{torch.__version__}, {time.strftime('%Y-%m-%d')}"
+    )
     section = markdown(results, machine)
     print(section)
     write_section(args.output, section)
