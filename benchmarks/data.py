@@ -107,7 +107,8 @@ def markdown(results: list[Result], machine: str) -> str:
         "on the same CPU (second order, 5 inner steps, steps timed before selection starts, i.e. the fastest "
         "steps). Ratio = the slower loader rate / the step rate; at least 5 means loading is never the bottleneck.",
         "",
-        "| config | meta-batch | loader, 0 workers (batches/s) | loader, 2 workers (batches/s) | training steps/s | ratio |",
+        "| config | meta-batch | loader, 0 workers (batches/s) | loader, 2 workers (batches/s) | training steps/s "
+        "| ratio |",
         "|---|---|---|---|---|---|",
     ]
     for r in results:
@@ -131,7 +132,9 @@ def write_section(path: Path, section: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--root", type=Path, default=REPO.parent / "shared" / "data", help="holds omniglot/ cifarfs/ miniimagenet/")
+    parser.add_argument(
+        "--root", type=Path, default=REPO.parent / "shared" / "data", help="holds omniglot/ cifarfs/ miniimagenet/"
+    )
     parser.add_argument("--configs", nargs="+", default=["omniglot_20w1s", "cifarfs_5w5s", "miniimagenet_5w5s"])
     parser.add_argument("--cache-dir", default=None, help="decoded-image cache (default: $UNITS_LIGHTNING_CACHE)")
     parser.add_argument("--batches", type=int, default=50, help="timed loader batches per measurement")

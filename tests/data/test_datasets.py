@@ -33,7 +33,11 @@ def test_gather_normalises_per_channel_from_uint8():
 
 @pytest.mark.parametrize(
     ("mean", "std", "message"),
-    [((0.5,), None, "both mean and std"), ((0.5,), (0.5,), "one value per channel"), ((0, 0, 0), (1, 0, 1), "positive")],
+    [
+        ((0.5,), None, "both mean and std"),
+        ((0.5,), (0.5,), "one value per channel"),
+        ((0, 0, 0), (1, 0, 1), "positive"),
+    ],
     ids=["only-mean", "wrong-length", "zero-std"],
 )
 def test_bad_normalisation_is_refused(mean, std, message):

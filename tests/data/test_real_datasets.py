@@ -5,7 +5,6 @@ Every set is decoded once per session into a shared temporary cache (CIFAR-FS: 6
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 from image_fakes import shared
@@ -74,7 +73,8 @@ def test_an_episode_of_each_dataset(shared_cache, name, shape, n_way, k_shot, qu
     assert train.support_x.shape == (2, n_way * k_shot, *shape)
     assert train.query_x.shape == (2, 3, n_way * query_shots, *shape)
     for labels in (train.support_y, val.support_y):
-        assert torch.equal(torch.bincount(labels.flatten(), minlength=n_way), torch.full((n_way,), labels.numel() // n_way))
+        per_label = torch.full((n_way,), labels.numel() // n_way)
+        assert torch.equal(torch.bincount(labels.flatten(), minlength=n_way), per_label)
     # Each support image of a label is an image of the split class the task assigns to that label.
     split = data.split("val")
     for task in range(2):

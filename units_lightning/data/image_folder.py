@@ -55,7 +55,9 @@ def split_by_ratios(num_classes: int, ratios: Sequence[float], seed: int = 0) ->
     """
     ratios = [float(r) for r in ratios]
     if len(ratios) != 3 or min(ratios) < 0 or abs(sum(ratios) - 1.0) > 1e-6:
-        raise ValueError(f"split ratios must be three non-negative numbers (train, val, test) summing to 1, got {ratios}")
+        raise ValueError(
+            f"split ratios must be three non-negative numbers (train, val, test) summing to 1, got {ratios}"
+        )
     sizes = [0] + [max(1, round(r * num_classes)) if r > 0 else 0 for r in ratios[1:]]
     sizes[0] = num_classes - sizes[1] - sizes[2]
     if sizes[0] < 1:
@@ -85,7 +87,9 @@ def split_by_lists(class_names: Sequence[str], lists: Mapping[str, Sequence[str]
     for split, names in lists.items():
         missing = [n for n in names if n not in ids]
         if missing:
-            raise ValueError(f"split '{split}' lists classes {missing} that are not in the folder; it has {list(class_names)}")
+            raise ValueError(
+                f"split '{split}' lists classes {missing} that are not in the folder; it has {list(class_names)}"
+            )
         for name in names:
             if name in seen:
                 raise ValueError(f"class {name!r} is in both split '{seen[name]}' and split '{split}'")

@@ -10,7 +10,6 @@ characters sorted by name, then the 20 evaluation alphabets likewise (964 + 659 
 
 from __future__ import annotations
 
-import os
 import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
