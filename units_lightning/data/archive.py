@@ -149,10 +149,12 @@ def safe_extract(
     """Extract a zip into ``dest`` after checking every entry, once.
 
     The archive is unpacked into a hidden temporary folder inside ``dest``; when every entry is written,
-    its top-level entries are moved into ``dest`` (replacing what a previous, interrupted extraction left)
-    and a marker ``.extracted-<zipname>-<size>-<mtime_ns>`` is written. A later call that finds the marker
-    returns at once; a changed archive (other size or mtime) is extracted again. Several zips may share
-    one ``dest`` (e.g. Omniglot's two halves).
+    its files are moved into ``dest``, merging into folders that are already there (replacing files of the
+    same name, e.g. what a previous, interrupted extraction left), and a marker
+    ``.extracted-<zipname>-<size>-<mtime_ns>`` listing the files is written. A later call that finds the
+    marker returns at once; a changed archive (other size or mtime) is extracted again after the files its
+    previous version wrote are removed. Several zips may share one ``dest`` and even its folders (CIFAR-FS's
+    ``train-a.zip`` and ``train-b.zip`` both fill ``train/``).
 
     Args:
         zip_path: the archive.
@@ -186,12 +188,14 @@ def safe_extract(
         try:
             for info, relative in members:
                 _write_member(archive, info, relative, staging, str(zip_path))
+            for stale in dest.glob(f".extracted-{_glob_escape(zip_path.name)}-*"):
+                _remove_listed_files(stale, dest)
+                stale.unlink(missing_ok=True)
             _move_into_place(staging, dest)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-    for stale in dest.glob(f".extracted-{_glob_escape(zip_path.name)}-*"):
-        stale.unlink(missing_ok=True)
-    (dest / marker).touch()
+    written = sorted(relative for info, relative in members if relative and not info.is_dir())
+    (dest / marker).write_text("".join(f"{relative}\n" for relative in written))
     return dest
 
 
@@ -222,10 +226,30 @@ def _write_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, relative: str
 
 
 def _move_into_place(staging: Path, dest: Path) -> None:
+    """Move the tree under ``staging`` into ``dest``, merging folders and replacing files of the same name."""
     for entry in sorted(staging.iterdir()):
         target = dest / entry.name
+        if entry.is_dir() and target.is_dir() and not target.is_symlink():
+            _move_into_place(entry, target)
+            continue
         if target.is_dir() and not target.is_symlink():
             shutil.rmtree(target)
         elif target.exists() or target.is_symlink():
             target.unlink()
         os.replace(entry, target)
+
+
+def _remove_listed_files(marker: Path, dest: Path) -> None:
+    """Delete the files a previous extraction listed in its marker (only plain files inside ``dest``)."""
+    try:
+        listed = marker.read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return
+    for relative in listed:
+        try:
+            relative = member_path(str(marker), relative)
+        except ValueError:
+            continue
+        path = dest / relative
+        if relative and path.is_file() and not path.is_symlink():
+            path.unlink()

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from units_lightning.data.datamodule import EpisodicDataModule
-from units_lightning.data.images import FewShotImages
+from units_lightning.data.images import FewShotImages, RotatedClasses
 
-__all__ = ["OmniglotDataModule", "SyntheticGlyphsDataModule"]
+__all__ = [
+    "CIFARFSDataModule",
+    "FewShotImageFolderDataModule",
+    "MiniImageNetDataModule",
+    "OmniglotDataModule",
+    "SyntheticGlyphsDataModule",
+]
 
 
 class SyntheticGlyphsDataModule(EpisodicDataModule):
@@ -103,3 +110,145 @@ class OmniglotDataModule(EpisodicDataModule):
                 rotate_splits=("train",) if self.rotations != [0] else (),
             )
         return self._all[split]
+
+
+class CIFARFSDataModule(EpisodicDataModule):
+    """Episodes of CIFAR-FS: 64 / 16 / 20 CIFAR-100 classes of 600 RGB images, 32x32.
+
+    Args:
+        root: folder with ``train/``, ``val/``, ``test/`` (``<split>/<class>/<image>``) or zips of that layout
+            (``train-a.zip`` and ``train-b.zip`` both count as train), or with torchvision's
+            ``cifar-100-python/``, or where to download the latter with ``download: true``.
+        download: fetch CIFAR-100 through torchvision if no layout is found, and arrange it into the split.
+        cache_dir: writable folder for the decoded image tensors (default ``$UNITS_LIGHTNING_CACHE`` or
+            ``~/.cache/units-lightning``).
+        image_size: side of the square images.
+        mean: per-channel mean subtracted from the [0, 1] pixels; None (the authors' code) for none,
+            ``units_lightning.data.cifarfs.CIFAR100_MEAN`` for CIFAR-100's.
+        std: per-channel standard deviation, given with ``mean``.
+        **kwargs: the episode options of ``EpisodicDataModule`` (sampler, n_way, k_shot, ...).
+    """
+
+    def __init__(
+        self,
+        root: str = "data/cifarfs",
+        download: bool = False,
+        cache_dir: str | None = None,
+        image_size: int = 32,
+        mean: tuple[float, float, float] | None = None,
+        std: tuple[float, float, float] | None = None,
+        **kwargs: Any,
+    ):
+        super().__init__(**kwargs)
+        self.root, self.download, self.cache_dir = Path(root), download, cache_dir
+        self.image_size, self.mean, self.std = image_size, mean, std
+        self.image_shape = (3, image_size, image_size)
+
+    def make_split(self, split: str) -> FewShotImages:
+        from units_lightning.data.cifarfs import load_cifarfs
+
+        images = load_cifarfs(self.root, split, self.download, self.cache_dir, self.image_size)
+        return images.as_split(split, mean=self.mean, std=self.std)
+
+
+class MiniImageNetDataModule(EpisodicDataModule):
+    """Episodes of mini-ImageNet in the Ravi & Larochelle split: 64 / 16 / 20 classes, 84x84 RGB.
+
+    Args:
+        root: folder with ``train/ val/ test/`` (``<split>/<wnid>/<image>``, folders or zips), or the original
+            release (``images/`` with ``train.csv``, ``val.csv``, ``test.csv``), or learn2learn's
+            ``mini-imagenet-cache-*.pkl``, or where to download the latter with ``download: true``.
+        download: fetch learn2learn's cached pickles from Zenodo if no layout is found (read without
+            unpickling anything but arrays).
+        cache_dir: writable folder for the decoded image tensors.
+        image_size: side of the square images.
+        mean: per-channel mean subtracted from the [0, 1] pixels (default ImageNet's, as the authors' code);
+            None for no normalisation.
+        std: per-channel standard deviation, given with ``mean``.
+        **kwargs: the episode options of ``EpisodicDataModule`` (sampler, n_way, k_shot, ...).
+    """
+
+    def __init__(
+        self,
+        root: str = "data/miniimagenet",
+        download: bool = False,
+        cache_dir: str | None = None,
+        image_size: int = 84,
+        mean: tuple[float, float, float] | None = (0.485, 0.456, 0.406),
+        std: tuple[float, float, float] | None = (0.229, 0.224, 0.225),
+        **kwargs: Any,
+    ):
+        super().__init__(**kwargs)
+        self.root, self.download, self.cache_dir = Path(root), download, cache_dir
+        self.image_size, self.mean, self.std = image_size, mean, std
+        self.image_shape = (3, image_size, image_size)
+
+    def make_split(self, split: str) -> FewShotImages:
+        from units_lightning.data.miniimagenet import load_miniimagenet
+
+        images = load_miniimagenet(self.root, split, self.download, self.cache_dir, self.image_size)
+        return images.as_split(split, mean=self.mean, std=self.std)
+
+
+class FewShotImageFolderDataModule(EpisodicDataModule):
+    """Episodes of your own images: a folder of class folders, split into train / val / test by class.
+
+    Args:
+        root: ``root/<class>/<image>`` (or a zip of that layout); with ``split: folders``,
+            ``root/{train,val,test}/<class>/<image>`` (or zips of that layout).
+        split: how classes are split: three ratios (train, val, test), assigned at random with
+            ``split_seed``; or lists of class names, ``{"train": [...], "val": [...], "test": [...]}``; or
+            ``"folders"`` when ``root`` is already split.
+        split_seed: seed of the class permutation for ratios.
+        image_size: side of the square images (every image is resized to it, bicubic).
+        channels: 1 (grey) or 3 (RGB); images are converted.
+        mean: per-channel mean subtracted from the [0, 1] pixels, None for none.
+        std: per-channel standard deviation, given with ``mean``.
+        rotations: rotation angles (multiples of 90) that augment the train classes, per class (as Omniglot);
+            None for none.
+        cache_dir: writable folder for the decoded image tensor.
+        **kwargs: the episode options of ``EpisodicDataModule`` (sampler, n_way, k_shot, ...).
+    """
+
+    def __init__(
+        self,
+        root: str = "data/images",
+        split: tuple[float, float, float] | dict[str, list[str]] | Literal["folders"] = (0.64, 0.16, 0.2),
+        split_seed: int = 0,
+        image_size: int = 84,
+        channels: int = 3,
+        mean: tuple[float, ...] | None = None,
+        std: tuple[float, ...] | None = None,
+        rotations: list[int] | None = None,
+        cache_dir: str | None = None,
+        **kwargs: Any,
+    ):
+        super().__init__(**kwargs)
+        if channels not in (1, 3):
+            raise ValueError(f"channels must be 1 (grey) or 3 (RGB), got {channels}")
+        self.root, self.split_spec, self.split_seed = Path(root), split, split_seed
+        self.image_size, self.channels, self.mean, self.std = image_size, channels, mean, std
+        self.rotations, self.cache_dir = rotations, cache_dir
+        self.image_shape = (channels, image_size, image_size)
+        self._classes: dict[str, list[int]] | None = None
+
+    def make_split(self, split: str) -> FewShotImages:
+        from units_lightning.data.image_folder import load_image_folder, split_by_lists, split_by_ratios
+        from units_lightning.data.split_layout import load_split_layout
+
+        if self.split_spec == "folders":
+            images = load_split_layout(self.root, split, self.image_shape, self.cache_dir, "image_folder")
+            chosen = images.as_split(split, mean=self.mean, std=self.std)
+        else:
+            images = load_image_folder(self.root, self.image_shape, self.cache_dir)
+            if self._classes is None:
+                if isinstance(self.split_spec, Mapping):
+                    self._classes = split_by_lists(images.class_names, self.split_spec)
+                else:
+                    self._classes = split_by_ratios(len(images.class_names), self.split_spec, self.split_seed)
+            if split not in self._classes:
+                raise ValueError(f"no '{split}' split: the split lists name only {sorted(self._classes)}")
+            chosen = images.as_split(split, self._classes[split], mean=self.mean, std=self.std)
+        if self.rotations and split == "train":
+            return RotatedClasses(chosen, self.rotations)
+        return chosen

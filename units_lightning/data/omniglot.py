@@ -10,12 +10,6 @@ characters sorted by name, then the 20 evaluation alphabets likewise (964 + 659 
 
 from __future__ import annotations
 
-import hashlib
-import io
-import json
-import os
-import tempfile
-import warnings
 import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,8 +20,18 @@ import torch
 from PIL import Image
 from torch import Tensor
 
-from units_lightning.data.archive import check_zip_members, default_cache_dir, open_zip
+from units_lightning.data.archive import default_cache_dir, open_zip
+from units_lightning.data.decode import decode_image
+from units_lightning.data.files import (
+    ImageFile,
+    fingerprint,
+    list_folder_images,
+    list_zip_images,
+    read_image_bytes,
+)
 from units_lightning.data.images import FewShotImages, RotatedClasses, TensorImages
+from units_lightning.data.tensor_cache import cache_key as hash_description
+from units_lightning.data.tensor_cache import read_cache, write_cache
 
 OMNIGLOT_SETS = ("images_background", "images_evaluation")
 TORCHVISION_FOLDER = "omniglot-py"
@@ -35,7 +39,8 @@ SPLIT_NAMES = ("train", "val", "test")
 # The paper's code meta-trains on 1,200 characters, 1,150 for training and 50 for validation, and tests on
 # the remaining 423 (the protocol of Vinyals et al. 2016 and MAML, with a validation split carved out).
 DEFAULT_SPLIT_SIZES = (1150, 50, 423)
-_CACHE_FORMAT = 1
+_CACHE_FORMAT = 2
+_FIX = "re-download Omniglot"
 _DOWNLOAD_HELP = (
     "download the official images_background.zip and images_evaluation.zip from "
     "https://github.com/brendenlake/omniglot (folder python/) into that folder"
@@ -135,31 +140,12 @@ def resolve_omniglot_sources(root: Path, download: bool) -> list[Path]:
     return [sources[name] for name in OMNIGLOT_SETS]  # type: ignore[misc]
 
 
-def _visible(name: str) -> bool:
-    return not name.startswith(".") and name != "__MACOSX"
-
-
-def _is_image(name: str) -> bool:
-    return _visible(name) and name.lower().endswith(".png")
-
-
 def list_folder(folder: Path) -> list[OmniglotFile]:
     """Drawings in ``folder/<alphabet>/<character>/<image>.png``, sorted at every level.
 
-    Hidden entries and non-PNG files are ignored.
+    Hidden entries, non-PNG files and PNGs at other depths are ignored.
     """
-    files = []
-    alphabets = sorted(e.name for e in os.scandir(folder) if e.is_dir() and _visible(e.name))
-    for alphabet in alphabets:
-        alphabet_dir = folder / alphabet
-        characters = sorted(e.name for e in os.scandir(alphabet_dir) if e.is_dir() and _visible(e.name))
-        for character in characters:
-            character_dir = alphabet_dir / character
-            names = sorted(e.name for e in os.scandir(character_dir) if e.is_file() and _is_image(e.name))
-            for name in names:
-                path = character_dir / name
-                files.append(OmniglotFile(alphabet, character, name, str(path), path.read_bytes))
-    return files
+    return [_drawing(file) for file in list_folder_images(folder, (".png",)) if len(file.parts) == 3]
 
 
 def list_zip(archive: zipfile.ZipFile, zip_path: Path, set_name: str) -> list[OmniglotFile]:
@@ -170,25 +156,20 @@ def list_zip(archive: zipfile.ZipFile, zip_path: Path, set_name: str) -> list[Om
             lies at another depth than the layout says.
     """
     files = []
-    for info, relative in check_zip_members(archive, str(zip_path)):
-        parts = relative.split("/")
-        if info.is_dir() or not all(_visible(part) for part in parts) or not _is_image(parts[-1]):
-            continue
-        if len(parts) == 4 and parts[0] == set_name:
-            parts = parts[1:]
+    for file in list_zip_images(archive, zip_path, (".png",)):
+        parts = file.parts[1:] if len(file.parts) == 4 and file.parts[0] == set_name else file.parts
         if len(parts) != 3:
             raise ValueError(
-                f"{zip_path}: entry {info.filename!r} does not follow the Omniglot layout "
+                f"{file.location} does not follow the Omniglot layout "
                 f"{set_name}/<alphabet>/<character>/<image>.png; use the official archive"
             )
-        alphabet, character, name = parts
-        read = _zip_reader(archive, info)
-        files.append(OmniglotFile(alphabet, character, name, f"{zip_path}/{info.filename}", read))
+        files.append(_drawing(ImageFile(parts, file.location, file.read)))
     return sorted(files, key=lambda f: (f.alphabet, f.character, f.name))
 
 
-def _zip_reader(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> Callable[[], bytes]:
-    return lambda: archive.read(info)
+def _drawing(file: ImageFile) -> OmniglotFile:
+    alphabet, character, name = file.parts
+    return OmniglotFile(alphabet, character, name, file.location, file.read)
 
 
 def group_by_character(files: Sequence[OmniglotFile], source: Path) -> tuple[list[str], list[list[OmniglotFile]]]:
@@ -235,17 +216,8 @@ def decode_drawing(data: bytes, image_size: int, location: str) -> np.ndarray:
     Raises:
         ValueError: the bytes are not a decodable image; the message names ``location``.
     """
-    try:
-        with Image.open(io.BytesIO(data)) as image:
-            grey = image.convert("L")
-    except Exception as error:  # PIL reports bad data as OSError, SyntaxError, ValueError, zlib.error, ...
-        raise ValueError(
-            f"cannot decode {location}: the file is corrupt ({error}). Re-download Omniglot, or delete the "
-            "file (or its archive) and load again."
-        ) from error
-    if grey.size != (image_size, image_size):
-        grey = grey.resize((image_size, image_size), Image.Resampling.LANCZOS)
-    return 255 - np.asarray(grey, dtype=np.uint8)
+    grey = decode_image(data, location, (1, image_size, image_size), Image.Resampling.LANCZOS, _FIX)
+    return 255 - grey[0]
 
 
 def decode_characters(groups: Sequence[Sequence[OmniglotFile]], image_size: int) -> Tensor:
@@ -258,69 +230,20 @@ def decode_characters(groups: Sequence[Sequence[OmniglotFile]], image_size: int)
     images = np.empty((len(groups), per_character, 1, image_size, image_size), dtype=np.uint8)
     for c, group in enumerate(groups):
         for i, file in enumerate(group):
-            try:
-                data = file.read()
-            except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError) as error:
-                raise ValueError(
-                    f"cannot read {file.location}: the file is corrupt ({error}). Re-download Omniglot, or "
-                    "delete the file (or its archive) and load again."
-                ) from error
+            data = read_image_bytes(ImageFile((), file.location, file.read), _FIX)
             images[c, i, 0] = decode_drawing(data, image_size, file.location)
     return torch.from_numpy(images)
 
 
-def source_fingerprint(source: Path) -> dict[str, object]:
-    """What identifies a source's content cheaply: sizes and mtimes of its zip or of all its files."""
-    if source.is_file():
-        status = source.stat()
-        return {"zip": str(source.resolve()), "size": status.st_size, "mtime_ns": status.st_mtime_ns}
-    files = []
-    for file in list_folder(source):
-        status = os.stat(file.location)
-        files.append([f"{file.alphabet}/{file.character}/{file.name}", status.st_size, status.st_mtime_ns])
-    return {"folder": str(source.resolve()), "files": files}
-
-
 def cache_key(sources: Sequence[Path], image_size: int) -> str:
     """Hex digest naming a decoded cache: format, image size and the sources' fingerprints."""
-    description = {
-        "format": _CACHE_FORMAT,
-        "image_size": image_size,
-        "sources": [source_fingerprint(source) for source in sources],
-    }
-    return hashlib.sha256(json.dumps(description, sort_keys=True).encode()).hexdigest()
-
-
-def _read_cache(path: Path, key: str) -> tuple[Tensor, list[str]] | None:
-    if not path.is_file():
-        return None
-    try:
-        cached = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # a truncated or foreign file: decode again and overwrite it
-        warnings.warn(f"ignoring unreadable Omniglot cache {path} ({error}); decoding again", stacklevel=3)
-        return None
-    if not isinstance(cached, dict) or cached.get("key") != key:
-        return None
-    return cached["images"], list(cached["names"])
-
-
-def _write_cache(path: Path, key: str, images: Tensor, names: list[str]) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-        os.close(handle)
-        try:
-            torch.save({"key": key, "images": images, "names": names}, temporary)
-            os.chmod(temporary, 0o644)  # mkstemp creates 0600; the cache may be shared
-            os.replace(temporary, path)
-        finally:
-            Path(temporary).unlink(missing_ok=True)
-    except OSError as error:
-        warnings.warn(
-            f"could not write the Omniglot cache {path} ({error}); every load will decode the images again. "
-            "Pass a writable cache_dir or set UNITS_LIGHTNING_CACHE.",
-            stacklevel=3,
-        )
+    return hash_description(
+        {
+            "format": _CACHE_FORMAT,
+            "image_size": image_size,
+            "sources": [fingerprint(source, (".png",)) for source in sources],
+        }
+    )
 
 
 def load_omniglot(
@@ -361,9 +284,9 @@ def load_omniglot(
     cache_root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir() / "omniglot"
     key = cache_key(sources, image_size)
     cache_path = cache_root / f"omniglot-{image_size}px-{key[:16]}.pt"
-    cached = _read_cache(cache_path, key)
+    cached = read_cache(cache_path, key, "Omniglot")
     if cached is not None:
-        return cached
+        return cached["images"], list(cached["names"])
 
     names: list[str] = []
     parts: list[Tensor] = []
@@ -382,7 +305,7 @@ def load_omniglot(
             f"{parts[1].shape[1]}; the copy is incomplete: re-download it"
         )
     images = torch.cat(parts)
-    _write_cache(cache_path, key, images, names)
+    write_cache(cache_path, key, {"images": images, "names": names}, "Omniglot")
     return images, names
 
 
