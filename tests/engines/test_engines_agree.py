@@ -18,11 +18,11 @@ STEPS = 2
 LOSS = partial(EvidentialLoss(), eta=0.7)
 
 
-def make_engine(kind, lr_mode, per_step_bn, chunk_size=None):
+def make_engine(kind, lr_mode, per_step_bn, chunk_size=None, vectorize=True):
     torch.manual_seed(0)
     net = ConvNet((2, 8, 8), WAYS, filters=3, blocks=2, bn_steps=STEPS + 1 if per_step_bn else 1).double()
     if kind == "batched":
-        engine = BatchedEngine(net, 0.3, lr_mode, STEPS, chunk_size=chunk_size)
+        engine = BatchedEngine(net, 0.3, lr_mode, STEPS, chunk_size=chunk_size, vectorize=vectorize)
     else:
         engine = Learn2LearnEngine(net, 0.3, lr_mode, STEPS)
     engine.double()
@@ -87,6 +87,15 @@ def test_batched_engine_matches_learn2learn(second_order, lr_mode, per_step_bn):
     assert all(grads[n].abs().sum() > 0 for n in grads if "convs" not in n or "bias" not in n)
     if lr_mode != "fixed":  # learned rates are meta-parameters and really get a gradient
         assert any(name.startswith("inner_lr.") and g.abs().sum() > 0 for name, g in grads.items())
+
+
+@pytest.mark.parametrize("lr_mode", ["fixed", "per_layer_per_step", "per_parameter"])
+def test_batched_engine_looping_over_tasks_matches_learn2learn(lr_mode):
+    # The CPU default: one task at a time through the same torch.func inner loop.
+    scores, grads = meta_step(make_engine("batched", lr_mode, True, vectorize=False), True)
+    ref_scores, ref_grads = meta_step(make_engine("learn2learn", lr_mode, True), True)
+    assert_close(grads, ref_grads, "meta-gradient")
+    torch.testing.assert_close(scores, ref_scores, rtol=1e-12, atol=1e-14)
 
 
 @pytest.mark.parametrize("second_order", [True, False], ids=["2nd", "1st"])

@@ -60,6 +60,7 @@ class BatchedEngine(nn.Module):
         inner_steps: int = 1,
         chunk_size: int | None = None,
         capture: Literal["auto", "none", "cuda_graph", "compile"] = "auto",
+        vectorize: bool | Literal["auto"] = "auto",
     ):
         super().__init__()
         if capture not in ("auto", "none", "cuda_graph", "compile"):
@@ -77,6 +78,7 @@ class BatchedEngine(nn.Module):
         self.chunk_size = chunk_size
         self._step_kwarg = accepts_step(model)
         self.capture = capture
+        self.vectorize = vectorize
         compile = capture == "compile"
         self._compiled_adapt = torch.compile(self._adapt_all) if compile else self._adapt_all
         self._compiled_predict = torch.compile(self._predict_all) if compile else self._predict_all
@@ -136,9 +138,14 @@ class BatchedEngine(nn.Module):
                 fast = {name: w - self.inner_lr(name, step) * grads[name] for name, w in fast.items()}
             return fast
 
-        return vmap(adapt_task, chunk_size=self.chunk_size)(support_x, support_y)
+        if self._vectorized(support_x):
+            return vmap(adapt_task, chunk_size=self.chunk_size)(support_x, support_y)
+        return _stack([adapt_task(x, y) for x, y in zip(support_x, support_y, strict=True)])
 
     def _predict_all(self, fast: dict[str, Tensor], query_x: Tensor, task_index: Tensor, steps: int) -> Tensor:
+        if not self._vectorized(query_x):
+            tasks = task_index.tolist()
+            return torch.stack([self._forward(_task(fast, t), x, steps) for x, t in zip(query_x, tasks, strict=True)])
         weights = {name: w[task_index] for name, w in fast.items()}
         forward = lambda w, x: self._forward(w, x, steps)  # noqa: E731
         return vmap(forward, chunk_size=self.chunk_size)(weights, query_x)
@@ -149,7 +156,12 @@ class BatchedEngine(nn.Module):
         def task_sets(weights: dict[str, Tensor], sets: Tensor) -> Tensor:
             return vmap(lambda x: self._forward(weights, x, steps))(sets)
 
-        return vmap(task_sets, chunk_size=self.chunk_size)(fast, query_x)
+        if self._vectorized(query_x):
+            return vmap(task_sets, chunk_size=self.chunk_size)(fast, query_x)
+        return torch.stack([task_sets(_task(fast, t), sets) for t, sets in enumerate(query_x)])
+
+    def _vectorized(self, x: Tensor) -> bool:
+        return x.is_cuda if self.vectorize == "auto" else bool(self.vectorize)
 
     def _forward(self, fast: dict[str, Tensor], x: Tensor, step: int) -> Tensor:
         kwargs = {"step": step} if self._step_kwarg else {}
@@ -157,3 +169,13 @@ class BatchedEngine(nn.Module):
 
     def _num_outputs(self) -> int:
         return list(self.model.parameters())[-1].shape[0]
+
+
+def _task(fast: dict[str, Tensor], index: int) -> dict[str, Tensor]:
+    """One task's weights out of the stacked fast weights."""
+    return {name: w[index] for name, w in fast.items()}
+
+
+def _stack(per_task: list[dict[str, Tensor]]) -> dict[str, Tensor]:
+    """Per-task weight dicts stacked along a leading task dimension."""
+    return {name: torch.stack([weights[name] for weights in per_task]) for name in per_task[0]}
