@@ -2,6 +2,7 @@
 
 from units_lightning.data.datamodule import EpisodicDataModule
 from units_lightning.data.datamodules import OmniglotDataModule, SyntheticGlyphsDataModule
+from units_lightning.data.folder_prediction import FolderPredictionDataModule
 from units_lightning.data.episode import EpisodeIndices, EpisodeSpec, SealedLabels, TaskBatch
 from units_lightning.data.images import FewShotImages, RotatedClasses, TensorImages
 
@@ -10,6 +11,7 @@ __all__ = [
     "EpisodeSpec",
     "EpisodicDataModule",
     "FewShotImages",
+    "FolderPredictionDataModule",
     "OmniglotDataModule",
     "RotatedClasses",
     "SealedLabels",

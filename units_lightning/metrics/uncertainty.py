@@ -125,7 +125,7 @@ class UncertaintyMetrics(nn.Module):
         return results
 
     def scalars(self, results: Mapping[str, Any]) -> dict[str, float]:
-        """The single numbers of ``compute()``'s results under their stable logged names (``None`` dropped).
+        """The single numbers of ``compute()``'s results under their stable logged names (``None`` as nan).
 
         ``acc_ci95``, ``acc_vacuity_below_<t>``, ``coverage_vacuity_below_<t>``, ``selective_acc_<T>``,
         ``aurc``, ``ece`` (the means of accuracy and beliefs are logged by the module's steps already).
@@ -137,7 +137,7 @@ class UncertaintyMetrics(nn.Module):
         for row in results["selective_accuracy"]:
             values[metric_key("selective_acc", row["coverage"])] = row["accuracy"]
         values["aurc"], values["ece"] = results["aurc"], results["ece"]
-        return {k: v for k, v in values.items() if v is not None}
+        return {k: math.nan if v is None else v for k, v in values.items()}
 
     def reset(self) -> None:
         for module in self.modules():
