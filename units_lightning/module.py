@@ -241,14 +241,14 @@ class UnitsMAML(pl.LightningModule):
         return outputs
 
     def on_validation_epoch_end(self) -> None:
-        if float(self.val_metrics.accuracy.count) > 0:
+        if self.val_metrics.num_tasks() > 0:
             results = self.val_metrics.compute()
             self.log_dict({f"val/{k}": v for k, v in self.val_metrics.scalars(results).items()})
         self.val_metrics.reset()
 
     def on_test_epoch_end(self) -> None:
         """Compute the test report into ``test_results`` (for ``results.json``) and log its single numbers."""
-        if float(self.test_metrics.accuracy.count) == 0:
+        if self.test_metrics.num_tasks() == 0:
             return
         results = self.test_metrics.compute()
         scalars = {f"test/{k}": v for k, v in self.test_metrics.scalars(results).items()}

@@ -247,15 +247,15 @@ def calibration_bins(probability: Tensor, labels: Tensor, bins: int = 15) -> tup
     Bins are equal-width on [0, 1]; bin ``i`` holds confidences in ``(i / bins, (i + 1) / bins]`` (bin 0 also 0).
 
     Args:
-        probability: (n, N) class probabilities (e.g. the expected Dirichlet probabilities ``alpha / S``).
-        labels: (n,) class indices.
+        probability: (..., N) class probabilities (e.g. the expected Dirichlet probabilities ``alpha / S``).
+        labels: (...) class indices.
         bins: number of bins.
 
     Returns:
         (count, confidence_sum, correct_sum), each (bins,) float64.
     """
-    confidence, prediction = probability.to(torch.float64).max(dim=-1)
-    correct = (prediction == labels).to(torch.float64)
+    confidence, prediction = probability.reshape(-1, probability.shape[-1]).to(torch.float64).max(dim=-1)
+    correct = (prediction == labels.reshape(-1)).to(torch.float64)
     index = (torch.ceil(confidence * bins).long() - 1).clamp(0, bins - 1)
     zeros = torch.zeros(bins, dtype=torch.float64, device=probability.device)
     return (

@@ -8,6 +8,7 @@ from torch import Tensor, nn
 
 from units_lightning.metrics.auroc import DetectionAUROC
 from units_lightning.metrics.task_mean import TaskMean
+from units_lightning.metrics.uncertainty import synced_count
 
 __all__ = ["ShiftMetrics"]
 
@@ -50,7 +51,7 @@ class ShiftMetrics(nn.Module):
     def compute(self) -> dict[str, object]:
         """``{"accuracy": {"mean", "ci95"} or None, "vacuity": {"mean", "ci95"}, "auroc": float}``."""
         result: dict[str, object] = {"accuracy": None}
-        if float(self.accuracy.count) > 0:
+        if synced_count(self.accuracy) > 0:
             mean, half = self.accuracy.compute()
             result["accuracy"] = {"mean": _number(mean), "ci95": _number(half)}
         mean, half = self.vacuity.compute()

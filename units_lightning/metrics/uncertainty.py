@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from torch import Tensor, nn
+from torchmetrics import Metric
 
 from units_lightning.metrics.calibration import ExpectedCalibrationError
 from units_lightning.metrics.functional import DEFAULT_COVERAGES, DEFAULT_VACUITY_THRESHOLDS, curve_thresholds
@@ -14,7 +15,7 @@ from units_lightning.metrics.risk_coverage import RiskCoverage
 from units_lightning.metrics.task_mean import TaskMean
 from units_lightning.metrics.vacuity_threshold import VacuityThresholdAccuracy
 
-__all__ = ["BELIEFS", "UncertaintyMetrics", "metric_key"]
+__all__ = ["BELIEFS", "UncertaintyMetrics", "metric_key", "synced_count"]
 
 BELIEFS = ("vacuity", "dissonance", "incorrect_belief", "correct_belief")
 """Per-query beliefs averaged over tasks (the paper's vacuous, conflicting, incorrect and correct belief)."""
@@ -24,6 +25,12 @@ def _number(value: Tensor | float) -> float | None:
     """A float for JSON and loggers; ``None`` for nan (no query kept, no tasks)."""
     value = float(value)
     return None if math.isnan(value) else value
+
+
+def synced_count(metric: Metric, state: str = "count") -> int:
+    """A count state of ``metric`` summed over processes (read outside ``compute``, which syncs by itself)."""
+    with metric.sync_context():
+        return int(getattr(metric, state))
 
 
 def metric_key(kind: str, value: float) -> str:
@@ -68,6 +75,10 @@ class UncertaintyMetrics(nn.Module):
         self.risk_coverage = RiskCoverage(self.coverages)
         self.calibration = ExpectedCalibrationError(calibration_bins)
 
+    def num_tasks(self) -> int:
+        """Tasks seen, summed over processes (every process must call it under data-parallel evaluation)."""
+        return synced_count(self.accuracy)
+
     def update(self, outputs: Mapping[str, Tensor]) -> None:
         """Add a batch of tasks.
 
@@ -97,8 +108,8 @@ class UncertaintyMetrics(nn.Module):
         thresholds = self.curve.thresholds
         selective, aurc = self.risk_coverage.compute()
         results: dict[str, Any] = {
-            "tasks": int(self.accuracy.count),
-            "queries": int(self.curve.total),
+            "tasks": synced_count(self.accuracy),
+            "queries": synced_count(self.curve, "total"),
             "accuracy": {"mean": _number(mean), "ci95": _number(half)},
         }
         for name, metric in self.beliefs.items():
