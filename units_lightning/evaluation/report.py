@@ -58,20 +58,33 @@ def plot_shift(kind: str, rows: list[Mapping[str, Any]], path: Path) -> Path:
     figure, axis = plt.subplots(figsize=(6, 4), dpi=120)
     numeric = all(isinstance(r["level"], (int, float)) for r in rows)
     positions = [r["level"] for r in rows] if numeric else list(range(len(rows)))
-    vacuity = [_nan(r["vacuity"]["mean"]) for r in rows]
-    vacuity_ci = [_nan(r["vacuity"]["ci95"]) for r in rows]
-    axis.errorbar(positions, vacuity, yerr=vacuity_ci, fmt="s--", color="tab:red", capsize=3, label="mean vacuity")
+    handles = []
     if any(r["accuracy"] is not None for r in rows):
         accuracy = [_nan(r["accuracy"]["mean"]) if r["accuracy"] else math.nan for r in rows]
         accuracy_ci = [_nan(r["accuracy"]["ci95"]) if r["accuracy"] else math.nan for r in rows]
-        axis.errorbar(positions, accuracy, yerr=accuracy_ci, fmt="o-", color="tab:blue", capsize=3, label="accuracy")
+        handles.append(
+            axis.errorbar(positions, accuracy, yerr=accuracy_ci, fmt="o-", color="tab:blue", capsize=3, label="accuracy")
+        )
+        axis.set_ylabel("accuracy", color="tab:blue")
+        axis.set_ylim(0, 1.02)
+        vacuity_axis = axis.twinx()  # vacuity often moves within a narrow band: give it its own scale
+    else:
+        vacuity_axis = axis
+    vacuity = [_nan(r["vacuity"]["mean"]) for r in rows]
+    vacuity_ci = [_nan(r["vacuity"]["ci95"]) for r in rows]
+    handles.append(
+        vacuity_axis.errorbar(
+            positions, vacuity, yerr=vacuity_ci, fmt="s--", color="tab:red", capsize=3, label="mean vacuity"
+        )
+    )
+    vacuity_axis.set_ylabel("mean vacuity", color="tab:red")
     if not numeric:
         axis.set_xticks(positions, [str(r["level"]) for r in rows])
+        axis.set_xlim(-0.5, len(rows) - 0.5)
     unit = {"rotation": "rotation of the query set (degrees)", "scale": "scale factor of the query set"}
     axis.set_xlabel(unit.get(kind, "query set"))
-    axis.set_ylim(0, 1.02)
     axis.set_title(f"Shifted query sets: {kind} (95% CI over tasks)")
-    axis.legend(loc="best", fontsize=8)
+    axis.legend(handles=handles, loc="best", fontsize=8)
     axis.grid(alpha=0.3)
     figure.tight_layout()
     figure.savefig(path)
@@ -129,6 +142,8 @@ def write_report(results: dict[str, Any], directory: str | Path, wandb_run: Any 
     directory.mkdir(parents=True, exist_ok=True)
     plots = {"vacuity_threshold": plot_threshold_curve(results, directory / THRESHOLD_PLOT)}
     for kind, rows in results.get("ood", {}).items():
+        if not all(isinstance(r["level"], (int, float)) for r in rows):  # other datasets: show the clean queries too
+            rows = [{"level": "test queries", "accuracy": None, "vacuity": results["vacuity"]}, *rows]
         plots[kind] = plot_shift(kind, rows, directory / f"ood_{kind}.png")
     results = {**results, "plots": {name: path.name for name, path in plots.items()}}
     path = directory / RESULTS_FILE
