@@ -32,8 +32,9 @@ def shard(rank: int) -> dict:
     labels = torch.randint(5, (tasks, 5), generator=generator)
     correct = probability.argmax(-1) == labels
     vacuity = torch.rand(tasks, 5, generator=generator) * (1.5 - correct.float())  # errors more vacuous
-    beliefs = {name: torch.rand(tasks, 5, generator=generator) for name in ("dissonance", "incorrect_belief",
-                                                                              "correct_belief")}
+    beliefs = {
+        name: torch.rand(tasks, 5, generator=generator) for name in ("dissonance", "incorrect_belief", "correct_belief")
+    }
     return {"probability": probability, "labels": labels, "correct": correct, "vacuity": vacuity, **beliefs}
 
 
@@ -52,8 +53,13 @@ def test_two_rank_reduction_equals_one_process_on_all_queries(tmp_path):
     script = tmp_path / "ranks.py"
     script.write_text(SCRIPT.format(tests=str(REPO / "tests"), port=port))
     processes = [
-        subprocess.Popen([sys.executable, str(script), str(rank)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, cwd=tmp_path)
+        subprocess.Popen(
+            [sys.executable, str(script), str(rank)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+        )
         for rank in (0, 1)
     ]
     outputs = [p.communicate(timeout=240) for p in processes]

@@ -100,7 +100,6 @@ class UnitsCLI(LightningCLI):
             )
         print(_format(summary) + f"\n  written to {path}", flush=True)
 
-
     def after_test(self) -> None:
         """Write the test report (``results.json``, plots, W&B tables) into the run directory and print it."""
         results = getattr(self.model, "test_results", None)

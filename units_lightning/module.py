@@ -308,7 +308,9 @@ class UnitsMAML(pl.LightningModule):
         """
         return self.adapt_and_predict_sets(support_x, support_y, [query_x])[0]
 
-    def adapt_and_predict_sets(self, support_x: Tensor, support_y: Tensor, query_sets: Sequence[Tensor]) -> list[Tensor]:
+    def adapt_and_predict_sets(
+        self, support_x: Tensor, support_y: Tensor, query_sets: Sequence[Tensor]
+    ) -> list[Tensor]:
         """Adapt once to each support set, then predict several query sets of each task, one pass per set.
 
         With an ensemble loaded, every member adapts on its own and the members' logits are averaged.

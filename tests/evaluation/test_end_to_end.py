@@ -65,15 +65,30 @@ def test_validation_logs_the_uncertainty_metrics(trained):
     root, _, _ = trained
     (metrics_file,) = root.glob("fit/*/metrics.csv")
     header = metrics_file.read_text().splitlines()[0].split(",")
-    for key in ("val/acc_ci95", "val/acc_vacuity_below_0.2", "val/coverage_vacuity_below_0.1", "val/selective_acc_70",
-                "val/aurc", "val/ece"):
+    for key in (
+        "val/acc_ci95",
+        "val/acc_vacuity_below_0.2",
+        "val/coverage_vacuity_below_0.1",
+        "val/selective_acc_70",
+        "val/aurc",
+        "val/ece",
+    ):
         assert key in header, key
 
 
 def test_test_writes_results_plots_and_ood_probes(trained, tmp_path, capsys):
     _, _, best = trained
-    cli = cli_main(["test", "--config", QUICKSTART, *SMALL, "--data.test_tasks=6", f"--ckpt_path={best}",
-                    *_csv_logger(tmp_path, "test")])
+    cli = cli_main(
+        [
+            "test",
+            "--config",
+            QUICKSTART,
+            *SMALL,
+            "--data.test_tasks=6",
+            f"--ckpt_path={best}",
+            *_csv_logger(tmp_path, "test"),
+        ]
+    )
     directory = Path(cli.trainer.log_dir)
     results = json.loads((directory / "results.json").read_text())
     assert results["tasks"] == 6 and results["queries"] == 6 * 5 * 5  # eval_query_shots 5 in the quick start
@@ -103,9 +118,18 @@ def test_test_writes_results_plots_and_ood_probes(trained, tmp_path, capsys):
 def test_test_with_a_top_k_ensemble(trained, tmp_path):
     _, checkpoints, _ = trained
     cli = cli_main(
-        ["test", "--config", QUICKSTART, *SMALL, "--data.test_tasks=3", "--model.query_shifts=[]",
-         "--model.ensemble=units_lightning.evaluation.CheckpointEnsemble",
-         f"--model.ensemble.checkpoints={checkpoints}", "--model.ensemble.top_k=2", *_csv_logger(tmp_path, "ens")]
+        [
+            "test",
+            "--config",
+            QUICKSTART,
+            *SMALL,
+            "--data.test_tasks=3",
+            "--model.query_shifts=[]",
+            "--model.ensemble=units_lightning.evaluation.CheckpointEnsemble",
+            f"--model.ensemble.checkpoints={checkpoints}",
+            "--model.ensemble.top_k=2",
+            *_csv_logger(tmp_path, "ens"),
+        ]
     )
     results = json.loads((Path(cli.trainer.log_dir) / "results.json").read_text())
     members = results["ensemble"]
@@ -133,18 +157,38 @@ def test_predict_on_folders_of_pngs(trained, tmp_path, capsys):
     (tmp_path / "query" / "notes.txt").write_text("not an image")
     out = tmp_path / "out"
     cli_main(
-        ["predict", "--config", QUICKSTART, "--model.filters=4", "--model.inner_steps=1", "--model.query_shifts=[]",
-         "--data=units_lightning.data.FolderPredictionDataModule", f"--data.support={tmp_path / 'support'}",
-         f"--data.query={tmp_path / 'query'}", "--data.image_size=16", "--data.invert=true",
-         f"--ckpt_path={best}", "--trainer.logger=false", f"--trainer.default_root_dir={tmp_path}",
-         f"--prediction.output_dir={out}", "--prediction.threshold=0.5", "--trainer.enable_progress_bar=false"]
+        [
+            "predict",
+            "--config",
+            QUICKSTART,
+            "--model.filters=4",
+            "--model.inner_steps=1",
+            "--model.query_shifts=[]",
+            "--data=units_lightning.data.FolderPredictionDataModule",
+            f"--data.support={tmp_path / 'support'}",
+            f"--data.query={tmp_path / 'query'}",
+            "--data.image_size=16",
+            "--data.invert=true",
+            f"--ckpt_path={best}",
+            "--trainer.logger=false",
+            f"--trainer.default_root_dir={tmp_path}",
+            f"--prediction.output_dir={out}",
+            "--prediction.threshold=0.5",
+            "--trainer.enable_progress_bar=false",
+        ]
     )
     printed = capsys.readouterr().out
     assert "10 queries" in printed and "q0_1.png" in printed
     rows = list(csv.DictReader((out / "predictions.csv").open()))
     assert [r["query"] for r in rows] == [f"q{c}_{i}.png" for c in range(5) for i in (1, 2)]
-    assert set(rows[0]) == {"query", "predicted", *(f"p_glyph{c}" for c in range(5)), "vacuity", "dissonance",
-                            "abstain"}
+    assert set(rows[0]) == {
+        "query",
+        "predicted",
+        *(f"p_glyph{c}" for c in range(5)),
+        "vacuity",
+        "dissonance",
+        "abstain",
+    }
     payload = json.loads((out / "predictions.json").read_text())
     assert payload["threshold"] == 0.5
     for row in payload["predictions"]:

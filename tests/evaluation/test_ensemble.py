@@ -27,8 +27,10 @@ def checkpoints(tmp_path):
 def test_top_k_by_recorded_score(checkpoints):
     folder, _ = checkpoints
     ranked = CheckpointEnsemble(str(folder), top_k=2).rank()
-    assert [(m.path.name, m.step, round(m.score, 3)) for m, _ in ranked] == [("step20.ckpt", 20, 0.9),
-                                                                           ("step30.ckpt", 30, 0.7)]
+    assert [(m.path.name, m.step, round(m.score, 3)) for m, _ in ranked] == [
+        ("step20.ckpt", 20, 0.9),
+        ("step30.ckpt", 30, 0.7),
+    ]
     assert len(CheckpointEnsemble(str(folder)).rank()) == 3
     assert [m.path.name for m, _ in CheckpointEnsemble(str(folder), top_k=1, mode="min").rank()] == ["step10.ckpt"]
 
@@ -37,8 +39,10 @@ def test_ensemble_averages_the_logits_of_separately_adapted_members(checkpoints)
     folder, models = checkpoints
     support_x, support_y = torch.rand(2, 5, 1, 16, 16), torch.arange(5).repeat(2, 1)
     query_x = torch.rand(2, 10, 1, 16, 16)
-    expected = (models[1].adapt_and_predict(support_x, support_y, query_x)
-                + models[2].adapt_and_predict(support_x, support_y, query_x)) / 2
+    expected = (
+        models[1].adapt_and_predict(support_x, support_y, query_x)
+        + models[2].adapt_and_predict(support_x, support_y, query_x)
+    ) / 2
     torch.manual_seed(99)
     ensemble = tiny_model(ensemble=CheckpointEnsemble([str(folder / "step20.ckpt"), str(folder / "step30.ckpt")]))
     ensemble.load_ensemble()

@@ -14,19 +14,40 @@ def _results():
         "queries": 20,
         "accuracy": {"mean": 0.6, "ci95": 0.1},
         **{k: {"mean": 0.3, "ci95": 0.01} for k in ("vacuity", "dissonance", "incorrect_belief", "correct_belief")},
-        "vacuity_thresholds": [{"threshold": 0.1, "accuracy": None, "coverage": 0.0},
-                               {"threshold": 0.2, "accuracy": 0.9, "coverage": 0.25}],
+        "vacuity_thresholds": [
+            {"threshold": 0.1, "accuracy": None, "coverage": 0.0},
+            {"threshold": 0.2, "accuracy": 0.9, "coverage": 0.25},
+        ],
         "threshold_curve": {"threshold": curve, "accuracy": [None, 0.9, 0.7, 0.6], "coverage": [0.0, 0.25, 0.8, 1.0]},
         "selective_accuracy": [{"coverage": 1.0, "accuracy": 0.6}, {"coverage": 0.5, "accuracy": 0.8}],
         "aurc": 0.2,
         "ece": 0.05,
         "ood": {
-            "rotation": [{"level": 0.0, "name": "rotation_0", "accuracy": {"mean": 0.6, "ci95": 0.1},
-                          "vacuity": {"mean": 0.3, "ci95": 0.01}, "auroc": 0.5},
-                         {"level": 90.0, "name": "rotation_90", "accuracy": {"mean": 0.3, "ci95": 0.1},
-                          "vacuity": {"mean": 0.5, "ci95": 0.02}, "auroc": 0.8}],
-            "dataset": [{"level": "mnist", "name": "mnist", "accuracy": None,
-                         "vacuity": {"mean": 0.6, "ci95": 0.02}, "auroc": 0.9}],
+            "rotation": [
+                {
+                    "level": 0.0,
+                    "name": "rotation_0",
+                    "accuracy": {"mean": 0.6, "ci95": 0.1},
+                    "vacuity": {"mean": 0.3, "ci95": 0.01},
+                    "auroc": 0.5,
+                },
+                {
+                    "level": 90.0,
+                    "name": "rotation_90",
+                    "accuracy": {"mean": 0.3, "ci95": 0.1},
+                    "vacuity": {"mean": 0.5, "ci95": 0.02},
+                    "auroc": 0.8,
+                },
+            ],
+            "dataset": [
+                {
+                    "level": "mnist",
+                    "name": "mnist",
+                    "accuracy": None,
+                    "vacuity": {"mean": 0.6, "ci95": 0.02},
+                    "auroc": 0.9,
+                }
+            ],
         },
     }
 
@@ -45,8 +66,11 @@ def test_write_report_files_and_wandb_payload(tmp_path):
     run = FakeRun()
     path = write_report(_results(), tmp_path / "run", wandb_run=run)
     written = json.loads(path.read_text())
-    assert written["plots"] == {"vacuity_threshold": "accuracy_vs_vacuity_threshold.png",
-                                "rotation": "ood_rotation.png", "dataset": "ood_dataset.png"}
+    assert written["plots"] == {
+        "vacuity_threshold": "accuracy_vs_vacuity_threshold.png",
+        "rotation": "ood_rotation.png",
+        "dataset": "ood_dataset.png",
+    }
     for name in written["plots"].values():
         with Image.open(tmp_path / "run" / name) as image:
             assert image.format == "PNG" and image.size == (720, 480)

@@ -54,8 +54,9 @@ def test_prediction_folders_load_and_explain_mistakes(tmp_path):
     (tmp_path / "query").mkdir()
     for i in range(3):
         _png(tmp_path / "query" / f"{i}.png", mode="RGB")
-    data = FolderPredictionDataModule(str(tmp_path / "support"), str(tmp_path / "query"), image_size=8,
-                                      query_set_size=2)
+    data = FolderPredictionDataModule(
+        str(tmp_path / "support"), str(tmp_path / "query"), image_size=8, query_set_size=2
+    )
     assert data.n_way == 2 and data.image_shape == (3, 8, 8) and data.class_names == ["cat", "dog"]
     batches = list(data.predict_dataloader())
     assert [b.query_x.shape[2] for b in batches] == [2, 1] and batches[0].support_x.shape == (1, 2, 3, 8, 8)

@@ -75,9 +75,7 @@ def test_auroc_by_hand_and_by_pair_counting():
     positive = torch.tensor([False, False, True, True, False, True])
     # Pairs (positive, negative): 3 x 3 = 9; positive 0.5 beats 0.2 and 0.1, ties 0.5 (twice, half each) ...
     wins = sum(
-        1.0 if p > n else 0.5 if p == n else 0.0
-        for p in scores[positive].tolist()
-        for n in scores[~positive].tolist()
+        1.0 if p > n else 0.5 if p == n else 0.0 for p in scores[positive].tolist() for n in scores[~positive].tolist()
     )
     assert float(F.auroc(scores, positive)) == pytest.approx(wins / 9)
     assert float(F.auroc(torch.tensor([0.1, 0.9]), torch.tensor([False, True]))) == 1.0

@@ -62,8 +62,15 @@ def test_uncertainty_metrics_report_and_stable_keys():
     assert results["accuracy"]["mean"] == pytest.approx(float(correct.float().mean()))
     assert results["vacuity"]["mean"] == pytest.approx(float(vacuity.mean()))
     assert sorted(metrics.scalars(results)) == [
-        "acc_ci95", "acc_vacuity_below_0.1", "acc_vacuity_below_0.2", "aurc", "coverage_vacuity_below_0.1",
-        "coverage_vacuity_below_0.2", "ece", "selective_acc_100", "selective_acc_50",
+        "acc_ci95",
+        "acc_vacuity_below_0.1",
+        "acc_vacuity_below_0.2",
+        "aurc",
+        "coverage_vacuity_below_0.1",
+        "coverage_vacuity_below_0.2",
+        "ece",
+        "selective_acc_100",
+        "selective_acc_50",
     ]
     metrics.reset()
     assert float(metrics.accuracy.count) == 0 and float(metrics.curve.total) == 0

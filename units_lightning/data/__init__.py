@@ -2,8 +2,8 @@
 
 from units_lightning.data.datamodule import EpisodicDataModule
 from units_lightning.data.datamodules import OmniglotDataModule, SyntheticGlyphsDataModule
-from units_lightning.data.folder_prediction import FolderPredictionDataModule
 from units_lightning.data.episode import EpisodeIndices, EpisodeSpec, SealedLabels, TaskBatch
+from units_lightning.data.folder_prediction import FolderPredictionDataModule
 from units_lightning.data.images import FewShotImages, RotatedClasses, TensorImages
 
 __all__ = [

@@ -20,7 +20,9 @@ _GREY_MODES = {"1", "L", "LA", "I", "I;16", "F", "P"}
 
 
 def _image_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in IMAGE_SUFFIXES)
+    return sorted(
+        p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in IMAGE_SUFFIXES
+    )
 
 
 def load_image(path: Path, image_size: int, channels: int, invert: bool = False) -> Tensor:
@@ -78,7 +80,9 @@ class FolderPredictionDataModule(EpisodicDataModule):
                 raise ValueError(f"{name} folder {folder} does not exist or is not a folder")
         class_folders = sorted(p for p in support_root.iterdir() if p.is_dir() and not p.name.startswith("."))
         if len(class_folders) < 2:
-            raise ValueError(f"support folder {support_root} needs one subfolder per class (at least 2), got {len(class_folders)}")
+            raise ValueError(
+                f"support folder {support_root} needs one subfolder per class (at least 2), got {len(class_folders)}"
+            )
         self.support_files = {folder.name: _image_files(folder) for folder in class_folders}
         empty = [name for name, files in self.support_files.items() if not files]
         if empty:

@@ -119,7 +119,9 @@ class CheckpointEnsemble:
         return f"CheckpointEnsemble({self.checkpoints!r}, top_k={self.top_k}, monitor={self.monitor!r})"
 
 
-def load_engines(template: nn.Module, checkpoints: Sequence[dict[str, Any]], prefix: str = "engine.") -> list[nn.Module]:
+def load_engines(
+    template: nn.Module, checkpoints: Sequence[dict[str, Any]], prefix: str = "engine."
+) -> list[nn.Module]:
     """Copies of ``template`` holding the weights under ``prefix`` of each checkpoint's ``state_dict``.
 
     Raises:

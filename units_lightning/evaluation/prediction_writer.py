@@ -46,7 +46,9 @@ def prediction_rows(
                     {
                         "query": None,
                         "predicted": names[int(output["prediction"][t, m])],
-                        "probabilities": {n: round(float(p), 6) for n, p in zip(names, output["probability"][t, m])},
+                        "probabilities": {
+                            n: round(float(p), 6) for n, p in zip(names, output["probability"][t, m], strict=True)
+                        },
                         "vacuity": round(vacuity, 6),
                         "dissonance": round(float(output["dissonance"][t, m]), 6),
                         "abstain": vacuity >= threshold,

@@ -63,7 +63,9 @@ def plot_shift(kind: str, rows: list[Mapping[str, Any]], path: Path) -> Path:
         accuracy = [_nan(r["accuracy"]["mean"]) if r["accuracy"] else math.nan for r in rows]
         accuracy_ci = [_nan(r["accuracy"]["ci95"]) if r["accuracy"] else math.nan for r in rows]
         handles.append(
-            axis.errorbar(positions, accuracy, yerr=accuracy_ci, fmt="o-", color="tab:blue", capsize=3, label="accuracy")
+            axis.errorbar(
+                positions, accuracy, yerr=accuracy_ci, fmt="o-", color="tab:blue", capsize=3, label="accuracy"
+            )
         )
         axis.set_ylabel("accuracy", color="tab:blue")
         axis.set_ylim(0, 1.02)
@@ -163,7 +165,8 @@ def _log_wandb(results: Mapping[str, Any], plots: Mapping[str, Path], run: Any) 
             data=[list(row) for row in zip(curve["threshold"], curve["accuracy"], curve["coverage"], strict=True)],
         ),
         "test/selective_accuracy": wandb.Table(
-            columns=["coverage", "accuracy"], data=[[r["coverage"], r["accuracy"]] for r in results["selective_accuracy"]]
+            columns=["coverage", "accuracy"],
+            data=[[r["coverage"], r["accuracy"]] for r in results["selective_accuracy"]],
         ),
     }
     shift_rows = [

@@ -118,7 +118,9 @@ def threshold_counts(correct: Tensor, uncertainty: Tensor, thresholds: Tensor) -
     return kept, kept_correct
 
 
-def threshold_curve(correct: Tensor, uncertainty: Tensor, thresholds: Sequence[float] | Tensor) -> tuple[Tensor, Tensor]:
+def threshold_curve(
+    correct: Tensor, uncertainty: Tensor, thresholds: Sequence[float] | Tensor
+) -> tuple[Tensor, Tensor]:
     """Accuracy and coverage at every threshold: the "accuracy vs vacuity threshold" curve.
 
     Args:
