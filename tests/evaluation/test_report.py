@@ -87,3 +87,21 @@ def test_format_results_names_the_numbers():
     assert "accuracy 60.00% +- 10.00% (95% CI over 4 tasks, 20 queries)" in text
     assert "vacuity < 0.2: accuracy 90.00%, coverage 25.00%" in text
     assert "mnist: vac 0.6000 AUROC 0.9000" in text
+
+
+def test_prediction_rows_for_episodic_tasks_name_positions_and_class_ids():
+    import torch
+
+    from units_lightning.evaluation.prediction_writer import prediction_rows
+
+    output = {
+        "prediction": torch.tensor([[1, 0]]),
+        "probability": torch.tensor([[[0.2, 0.8], [0.6, 0.4]]]),
+        "vacuity": torch.tensor([[0.1, 0.3]]),
+        "dissonance": torch.tensor([[0.05, 0.2]]),
+        "classes": torch.tensor([[7, 3]]),
+    }
+    rows = prediction_rows([output], threshold=0.2)
+    assert [r["query"] for r in rows] == ["batch0/task0/query0", "batch0/task0/query1"]
+    assert [r["predicted"] for r in rows] == ["3", "7"] and [r["abstain"] for r in rows] == [False, True]
+    assert rows[0]["probabilities"] == {"7": 0.2, "3": 0.8}
