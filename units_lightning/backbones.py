@@ -2,47 +2,93 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
-__all__ = ["ConvNet"]
+__all__ = ["BatchNorm", "ConvNet"]
+
+
+class BatchNorm(nn.Module):
+    """Transductive batch norm over (N, H, W) written from primitive operations, optionally per inner step.
+
+    It always normalises with the statistics of the batch it sees (a support set or one query set) and
+    keeps no running statistics, as the authors' code does at training and test time. It is written from
+    ``mean`` and ``var`` because ``nn.BatchNorm2d`` under ``torch.func.vmap`` gives wrong second-order
+    meta-gradients (REFERENCE §5). With ``steps > 1`` it holds one (weight, bias) pair per inner step
+    (MAML++'s per-step batch-norm weights); step ``s`` uses pair ``min(s, steps - 1)``.
+
+    Args:
+        channels: feature channels.
+        steps: number of (weight, bias) pairs.
+        eps: added to the variance.
+    """
+
+    def __init__(self, channels: int, steps: int = 1, eps: float = 1e-5):
+        super().__init__()
+        self.steps, self.eps = steps, eps
+        shape = (channels,) if steps == 1 else (steps, channels)
+        self.weight = nn.Parameter(torch.ones(shape))
+        self.bias = nn.Parameter(torch.zeros(shape))
+
+    def forward(self, x: Tensor, step: int = 0) -> Tensor:
+        weight, bias = self.weight, self.bias
+        if self.steps > 1:
+            weight, bias = weight[min(step, self.steps - 1)], bias[min(step, self.steps - 1)]
+        mean = x.mean(dim=(0, 2, 3), keepdim=True)
+        var = x.var(dim=(0, 2, 3), unbiased=False, keepdim=True)
+        return (x - mean) * torch.rsqrt(var + self.eps) * weight.view(1, -1, 1, 1) + bias.view(1, -1, 1, 1)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[-1]}, steps={self.steps}, eps={self.eps}"
 
 
 class ConvNet(nn.Module):
     """``blocks`` x [conv 3x3 (pad 1, Xavier) -> batch norm -> leaky ReLU -> max-pool 2] -> linear.
 
-    Batch norm is transductive, as in the authors' code: it always normalises with the statistics of the
-    batch it sees (a support set or one query set) and keeps no running statistics, so training, scoring
-    and evaluation behave the same and no buffers are shared between adapted copies.
+    Batch norm is transductive (``BatchNorm``), so training, scoring and evaluation behave the same and
+    no buffers are shared between adapted copies. With ``bn_steps > 1`` every batch norm holds one
+    weight pair per inner step; those are meta-learned only (``meta_only_parameters``), as in MAML++.
 
     Args:
         image_shape: (channels, height, width) of the input images.
         out_features: number of classes (n_way).
         filters: channels of every conv layer (64 for Omniglot and CIFAR-FS, 48 for mini-ImageNet).
         blocks: number of conv blocks.
+        bn_steps: batch-norm weight pairs, 1 (shared) or inner steps + 1 (per step, the last for prediction).
 
     Example:
-        >>> import torch
         >>> net = ConvNet((1, 28, 28), out_features=5, filters=8)
         >>> net(torch.zeros(3, 1, 28, 28)).shape
         torch.Size([3, 5])
     """
 
     def __init__(
-        self, image_shape: tuple[int, int, int] = (1, 28, 28), out_features: int = 5, filters: int = 64, blocks: int = 4
+        self,
+        image_shape: tuple[int, int, int] = (1, 28, 28),
+        out_features: int = 5,
+        filters: int = 64,
+        blocks: int = 4,
+        bn_steps: int = 1,
     ):
         super().__init__()
         channels, height, width = image_shape
-        layers: list[nn.Module] = []
+        self.convs, self.norms = nn.ModuleList(), nn.ModuleList()
         for block in range(blocks):
             conv = nn.Conv2d(channels if block == 0 else filters, filters, kernel_size=3, padding=1)
             nn.init.xavier_uniform_(conv.weight)
             nn.init.zeros_(conv.bias)
-            layers += [conv, nn.BatchNorm2d(filters, track_running_stats=False), nn.LeakyReLU(), nn.MaxPool2d(2)]
+            self.convs.append(conv)
+            self.norms.append(BatchNorm(filters, steps=bn_steps))
             height, width = height // 2, width // 2
         if height < 1 or width < 1:
             raise ValueError(f"images of shape {tuple(image_shape)} are too small for {blocks} pooling blocks")
-        self.features = nn.Sequential(*layers, nn.Flatten())
+        self.activation, self.pool = nn.LeakyReLU(), nn.MaxPool2d(2)
         self.classifier = nn.Linear(filters * height * width, out_features)
+        self.meta_only_parameters = frozenset(
+            name for name, _ in self.named_parameters() if bn_steps > 1 and name.startswith("norms.")
+        )
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self.classifier(self.features(x))
+    def forward(self, x: Tensor, step: int = 0) -> Tensor:
+        for conv, norm in zip(self.convs, self.norms, strict=True):
+            x = self.pool(self.activation(norm(conv(x), step)))
+        return self.classifier(x.flatten(1))

@@ -25,7 +25,7 @@ class MetaLoss:
         """Non-negative evidence (..., N) for the belief maths."""
         raise NotImplementedError
 
-    def __call__(self, logits: Tensor, labels: Tensor, eta: float = 0.0) -> Tensor:
+    def __call__(self, logits: Tensor, labels: Tensor, eta: float | Tensor = 0.0) -> Tensor:
         """Mean loss over all samples: logits (..., N), labels (...) class indices."""
         raise NotImplementedError
 
@@ -72,13 +72,13 @@ class EvidentialLoss(MetaLoss):
             return F.relu(logits)
         return torch.exp(logits.clamp(max=60.0))
 
-    def __call__(self, logits: Tensor, labels: Tensor, eta: float = 0.0) -> Tensor:
+    def __call__(self, logits: Tensor, labels: Tensor, eta: float | Tensor = 0.0) -> Tensor:
         evidence = self.evidence(logits)
         labels = labels.long()
         strength = evidence.sum(dim=-1) + evidence.shape[-1]
         nll = torch.log(strength) - torch.log1p(evidence.gather(-1, labels.unsqueeze(-1)).squeeze(-1))
         loss = nll.mean()
-        if eta:
+        if isinstance(eta, Tensor) or eta != 0:  # a tensor eta keeps compiled graphs free of its value
             regulariser = incorrect_belief(belief(evidence), labels)
             if self.ib_reduction == "mean":
                 regulariser = regulariser / evidence.shape[-1]
@@ -96,5 +96,5 @@ class CrossEntropyLoss(MetaLoss):
     def evidence(self, logits: Tensor) -> Tensor:
         return torch.exp(logits.clamp(max=60.0))
 
-    def __call__(self, logits: Tensor, labels: Tensor, eta: float = 0.0) -> Tensor:
+    def __call__(self, logits: Tensor, labels: Tensor, eta: float | Tensor = 0.0) -> Tensor:
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1).long())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 import lightning.pytorch as pl
 import torch
@@ -23,7 +23,7 @@ from units_lightning.belief import (
     vacuity,
 )
 from units_lightning.data.episode import TaskBatch
-from units_lightning.engines.learn2learn import Learn2LearnEngine
+from units_lightning.engines import BatchedEngine, InnerLRMode, Learn2LearnEngine
 from units_lightning.evaluation.ensemble import CheckpointEnsemble, load_engines
 from units_lightning.evaluation.shifts import QueryShift, default_shifts
 from units_lightning.ledger import LabelLedger
@@ -53,7 +53,15 @@ class UnitsMAML(pl.LightningModule):
         filters: channels of the default 4-conv backbone.
         backbone: a network to use instead of the default ``ConvNet``.
         loss: per-task loss for inner and outer loop (default ``EvidentialLoss()``).
-        inner_lr: inner-loop learning rate.
+        inner_lr: inner-loop learning rate (the initial one when learned).
+        inner_lr_mode: "fixed" (MAML), "per_layer_per_step" (learned per layer and step: MAML++, the
+            paper's setup) or "per_parameter" (Meta-SGD, the paper's UA-MetaSGD).
+        per_step_bn: one pair of batch-norm weights per inner step, meta-learned only (MAML++, the
+            paper's setup); the default backbone only.
+        engine: "batched" (every task at once with torch.func), "learn2learn" (one task at a time, the
+            reference) or "auto" (batched). Both compute the same meta-gradients (tests/engines).
+        chunk_size: tasks the batched engine vectorises at once (None: all); bounds evaluation memory.
+        compile: ``torch.compile`` the batched engine's training step (GPU; see docs/PERFORMANCE.md).
         inner_steps: inner-loop gradient steps in training.
         eval_inner_steps: inner-loop steps in validation and test (default: ``inner_steps``).
         first_order: drop second-order terms of the meta-gradient (default: second order).
@@ -81,6 +89,11 @@ class UnitsMAML(pl.LightningModule):
         backbone: nn.Module | None = None,
         loss: MetaLoss | None = None,
         inner_lr: float = 0.1,
+        inner_lr_mode: InnerLRMode = "fixed",
+        per_step_bn: bool = False,
+        engine: Literal["auto", "batched", "learn2learn"] = "auto",
+        chunk_size: int | None = None,
+        compile: bool = False,
         inner_steps: int = 5,
         eval_inner_steps: int | None = None,
         first_order: bool = False,
@@ -98,8 +111,20 @@ class UnitsMAML(pl.LightningModule):
         self.save_hyperparameters(ignore=["backbone", "sampler", "metrics", "query_shifts", "ensemble"])
         if inner_steps < 0 or (eval_inner_steps is not None and eval_inner_steps < 0):
             raise ValueError("inner_steps and eval_inner_steps must be >= 0")
-        backbone = backbone if backbone is not None else ConvNet(tuple(image_shape), n_way, filters)
-        self.engine = Learn2LearnEngine(backbone, inner_lr=inner_lr)
+        eval_steps = inner_steps if eval_inner_steps is None else eval_inner_steps
+        if backbone is None:
+            bn_steps = max(inner_steps, eval_steps) + 1 if per_step_bn else 1
+            backbone = ConvNet(tuple(image_shape), n_way, filters, bn_steps=bn_steps)
+        elif per_step_bn:
+            raise ValueError("per_step_bn builds the default ConvNet; give your own backbone per-step weights instead")
+        if engine not in ("auto", "batched", "learn2learn"):
+            raise ValueError(f"engine must be 'auto', 'batched' or 'learn2learn', got {engine!r}")
+        if engine == "learn2learn":
+            if compile:
+                raise ValueError("compile applies to the batched engine: set model.engine=batched (or auto)")
+            self.engine = Learn2LearnEngine(backbone, inner_lr, inner_lr_mode, inner_steps)
+        else:
+            self.engine = BatchedEngine(backbone, inner_lr, inner_lr_mode, inner_steps, chunk_size, compile)
         self.loss = loss if loss is not None else EvidentialLoss()
         self.lam = lam if lam is not None else LinearAnneal(0.99, 0.5, 50)
         self.eta = eta if eta is not None else LinearWarmup(2.0, 10)
@@ -107,7 +132,7 @@ class UnitsMAML(pl.LightningModule):
         self.ledger = LabelLedger(label_budget)
         self.n_way = n_way
         self.inner_steps = inner_steps
-        self.eval_inner_steps = inner_steps if eval_inner_steps is None else eval_inner_steps
+        self.eval_inner_steps = eval_steps
         self.first_order = first_order
         self.lr = lr
         self.schedule_steps_per_epoch = schedule_steps_per_epoch
@@ -164,10 +189,12 @@ class UnitsMAML(pl.LightningModule):
             ``lam`` and ``eta``.
         """
         lam, eta = self.lam(self.schedule_epoch), self.eta(self.schedule_epoch)
+        # eta enters the graph as a tensor: its schedule then never triggers a recompilation.
+        eta_tensor = torch.tensor(eta, dtype=batch.support_x.dtype, device=batch.support_x.device)
         adapted = self.engine.adapt(
             batch.support_x,
             batch.support_y,
-            partial(self.loss, eta=eta),
+            partial(self.loss, eta=eta_tensor),
             self.inner_steps,
             create_graph=not self.first_order,
         )
@@ -200,10 +227,9 @@ class UnitsMAML(pl.LightningModule):
         num_tasks, num_sets = query_x.shape[:2]
         if not self.sampler.needs_scores(self.global_step):
             return query_x.new_zeros(num_tasks, num_sets)
-        task_index = torch.arange(num_tasks, device=query_x.device).repeat_interleave(num_sets)
-        logits = self.engine.predict(adapted, query_x.flatten(0, 1), task_index)
+        logits = self.engine.predict_sets(adapted, query_x)
         beliefs = task_beliefs(self.loss.evidence(logits))
-        return task_uncertainty(beliefs.vacuity, beliefs.dissonance, lam).view(num_tasks, num_sets)
+        return task_uncertainty(beliefs.vacuity, beliefs.dissonance, lam)
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.ledger.exhausted:
@@ -327,13 +353,16 @@ class UnitsMAML(pl.LightningModule):
         with torch.inference_mode(False), torch.enable_grad():
             # Tensors made under inference mode cannot enter autograd: copy them out of it.
             support_x, support_y = support_x.clone(), support_y.clone()
-            query_sets = [query_x.clone() for query_x in query_sets]
-            task_index = torch.arange(support_x.shape[0], device=support_x.device)
+            # Sets of one shape go through the engine together (each set is still normalised on its own).
+            stacked = torch.stack(list(query_sets), dim=1) if len({q.shape for q in query_sets}) == 1 else None
             for engine in engines:
                 adapted = engine.adapt(
                     support_x, support_y, partial(self.loss, eta=eta), self.eval_inner_steps, create_graph=False
                 )
-                logits = [engine.predict(adapted, query_x, task_index).detach() for query_x in query_sets]
+                if stacked is not None:
+                    logits = list(engine.predict_sets(adapted, stacked).detach().unbind(1))
+                else:
+                    logits = [engine.predict_sets(adapted, q.clone().unsqueeze(1))[:, 0].detach() for q in query_sets]
                 total = logits if not total else [a + b for a, b in zip(total, logits, strict=True)]
         return [t / len(engines) for t in total]
 

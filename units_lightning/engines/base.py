@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from torch import Tensor
+from torch import Tensor, nn
 
-__all__ = ["Engine", "InnerLoss"]
+__all__ = ["Engine", "InnerLoss", "accepts_step", "inner_loop_parameters"]
 
 InnerLoss = Callable[[Tensor, Tensor], Tensor]
 """``loss(logits, labels) -> scalar`` used for the inner-loop (support set) updates."""
@@ -19,6 +20,9 @@ class Engine(Protocol):
     ``adapt`` returns an opaque handle to the adapted (fast) weights of every task; ``predict`` runs
     query sets through them. Both keep the autograd graph back to the meta-parameters (second order
     when ``create_graph``), so the caller decides what to differentiate.
+
+    Every engine holds the backbone as ``model`` and the inner learning rates as ``inner_lr``
+    (``InnerLearningRates``), so their state dicts are interchangeable.
     """
 
     def adapt(self, support_x: Tensor, support_y: Tensor, loss: InnerLoss, steps: int, create_graph: bool) -> Any:
@@ -43,3 +47,28 @@ class Engine(Protocol):
         Returns:
             (K, M, N) logits.
         """
+
+    def predict_sets(self, adapted: Any, query_x: Tensor) -> Tensor:
+        """Logits of every task's own query sets (scoring candidates, evaluation).
+
+        Args:
+            adapted: what ``adapt`` returned for T tasks.
+            query_x: (T, Q, M, C, H, W) Q query sets of M images per task; each set is normalised on its own.
+
+        Returns:
+            (T, Q, M, N) logits.
+        """
+
+
+def inner_loop_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
+    """The parameters the inner loop updates: all but those the model lists in ``meta_only_parameters``.
+
+    A backbone with per-step batch-norm weights meta-learns them only (MAML++ and the authors' code).
+    """
+    meta_only = set(getattr(model, "meta_only_parameters", ()))
+    return {name: p for name, p in model.named_parameters() if name not in meta_only}
+
+
+def accepts_step(model: nn.Module) -> bool:
+    """Whether ``model.forward`` takes the inner step as ``step=`` (per-step batch norm)."""
+    return "step" in inspect.signature(model.forward).parameters

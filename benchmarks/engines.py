@@ -1,0 +1,267 @@
+"""Meta-training speed of the engines on the paper's six task shapes, measured side by side in one run.
+
+For each shape (5 inner steps, second order, the paper's model: learned per-layer per-step inner rates and
+per-step batch norm) and each engine, it times real ``UnitsMAML.training_step`` calls plus backward and
+Adam step on random images:
+
+- tasks/s of a Units-NTS step (random sampler, one query set per task);
+- peak memory of that step (GPU only);
+- the Units-ML step time (8 candidate query sets per task scored, the most uncertain labeled) over the
+  Units-NTS step time: the cost of selection.
+
+With ``--compile`` the batched engine also runs under ``torch.compile``; its compile time is reported
+separately and its meta-gradient is checked against eager with TF32 off.
+
+Usage:
+    python benchmarks/engines.py                       # CPU, all shapes, prints the table
+    python benchmarks/engines.py --device cuda --compile --write docs/PERFORMANCE.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from units_lightning.data.episode import SealedLabels, TaskBatch
+from units_lightning.ledger import LabelLedger
+from units_lightning.module import UnitsMAML
+from units_lightning.samplers import MultiQuerySampler, RandomSampler
+
+QUERY_SETS = 8  # candidate query sets per task in the Units-ML step
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    n_way: int
+    k_shot: int
+    query_shots: int
+    meta_batch: int
+    image_shape: tuple[int, int, int]
+    filters: int
+
+
+SHAPES = [
+    Shape("omniglot-5w1s", 5, 1, 1, 8, (1, 28, 28), 64),
+    Shape("omniglot-20w1s", 20, 1, 1, 16, (1, 28, 28), 64),
+    Shape("omniglot-20w5s", 20, 5, 1, 16, (1, 28, 28), 64),
+    Shape("cifarfs-5w5s-q2", 5, 5, 2, 4, (3, 32, 32), 64),
+    Shape("miniimagenet-5w5s-q2", 5, 5, 2, 2, (3, 84, 84), 48),
+    Shape("miniimagenet-5w1s-q15", 5, 1, 15, 4, (3, 84, 84), 48),
+]
+
+
+def random_batch(shape: Shape, query_sets: int, device: torch.device, seed: int = 0) -> TaskBatch:
+    """Random images with balanced labels in the shapes a data module would deliver."""
+    g = torch.Generator().manual_seed(seed)
+    t, n = shape.meta_batch, shape.n_way
+    support_y = torch.arange(n).repeat(shape.k_shot).expand(t, -1).contiguous()
+    query_y = torch.arange(n).repeat(shape.query_shots).expand(t, query_sets, -1).contiguous()
+    batch = TaskBatch(
+        support_x=torch.randn(t, n * shape.k_shot, *shape.image_shape, generator=g),
+        support_y=support_y,
+        query_x=torch.randn(t, query_sets, n * shape.query_shots, *shape.image_shape, generator=g),
+        query_y=SealedLabels(query_y),
+        classes=torch.arange(n).expand(t, -1).contiguous(),
+    )
+    return TaskBatch(
+        batch.support_x.to(device),
+        batch.support_y.to(device),
+        batch.query_x.to(device),
+        batch.query_y.to(device),
+        batch.classes.to(device),
+    )
+
+
+def build(shape: Shape, engine: str, device: torch.device, compile: bool = False) -> UnitsMAML:
+    torch.manual_seed(0)
+    model = UnitsMAML(
+        n_way=shape.n_way,
+        image_shape=shape.image_shape,
+        filters=shape.filters,
+        inner_lr=0.1,
+        inner_lr_mode="per_layer_per_step",
+        per_step_bn=True,
+        engine=engine,
+        compile=compile,
+        inner_steps=5,
+    ).to(device)
+    model.sampler = RandomSampler(shape.meta_batch)
+    return model
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def step(model: UnitsMAML, batch: TaskBatch, optimizer: torch.optim.Optimizer) -> None:
+    optimizer.zero_grad(set_to_none=True)
+    model.ledger = LabelLedger(None)
+    model.training_step(batch, 0)["loss"].backward()
+    optimizer.step()
+
+
+def time_steps(model: UnitsMAML, batch: TaskBatch, device: torch.device, warmup: int, repeats: int) -> float:
+    """Median seconds per training step after ``warmup`` untimed steps."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for _ in range(warmup):
+        step(model, batch, optimizer)
+    sync(device)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step(model, batch, optimizer)
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+def peak_memory_mib(model: UnitsMAML, batch: TaskBatch, device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    sync(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    step(model, batch, optimizer)
+    sync(device)
+    return (torch.cuda.max_memory_allocated(device) - before) / 2**20
+
+
+def meta_gradient(model: UnitsMAML, batch: TaskBatch) -> torch.Tensor:
+    model.zero_grad(set_to_none=True)
+    model.ledger = LabelLedger(None)
+    model.training_step(batch, 0)["loss"].backward()
+    return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+
+def compiled_check(shape: Shape, device: torch.device) -> tuple[float, float, UnitsMAML]:
+    """Compile time (s) of the batched step, the relative difference of its meta-gradient to eager with TF32
+    off, and the compiled model (reused for timing, so that it compiles once)."""
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        batch = random_batch(shape, 1, device, seed=1)
+        eager = meta_gradient(build(shape, "batched", device), batch)
+        compiled_model = build(shape, "batched", device, compile=True)
+        start = time.perf_counter()
+        compiled = meta_gradient(compiled_model, batch)
+        sync(device)
+        compile_s = time.perf_counter() - start
+        return compile_s, float((compiled - eager).norm() / eager.norm()), compiled_model
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+
+
+def run(args: argparse.Namespace) -> list[dict]:
+    device = torch.device(args.device)
+    engines = ["learn2learn", "batched"] + (["batched+compile"] if args.compile else [])
+    rows = []
+    for shape in [s for s in SHAPES if not args.shapes or s.name in args.shapes]:
+        row: dict = {"shape": shape, "tasks_per_s": {}, "memory": {}, "ml_over_nts": {}}
+        if args.compile:
+            row["compile_s"], row["compile_rel_diff"], compiled_model = compiled_check(shape, device)
+        for engine in engines:
+            kind, compile = engine.split("+")[0], engine.endswith("+compile")
+            # One model per engine (a compiled one compiles once); the sampler decides NTS or Units-ML.
+            model = compiled_model if compile else build(shape, kind, device)
+            nts_batch = random_batch(shape, 1, device)
+            nts = time_steps(model, nts_batch, device, args.warmup, args.repeats)
+            memory = peak_memory_mib(model, nts_batch, device)
+            model.sampler = MultiQuerySampler(tasks=shape.meta_batch, query_sets=QUERY_SETS)
+            ml = time_steps(model, random_batch(shape, QUERY_SETS, device), device, args.warmup, args.repeats)
+            row["tasks_per_s"][engine] = shape.meta_batch / nts
+            row["memory"][engine] = memory
+            row["ml_over_nts"][engine] = ml / nts
+            print(
+                f"{shape.name:24s} {engine:16s} {shape.meta_batch / nts:8.1f} tasks/s  "
+                f"Units-ML/NTS {ml / nts:5.2f}",
+                file=sys.stderr,
+                flush=True,
+            )
+        rows.append(row)
+    return rows
+
+
+def table(rows: list[dict], engines: list[str]) -> str:
+    head = ["shape (meta-batch)"]
+    head += [f"{e} tasks/s" for e in engines] + [f"{e} / l2l" for e in engines[1:]]
+    head += [f"{e} peak MiB" for e in engines] + [f"{e} ML/NTS" for e in engines]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        rate, memory, ratio = row["tasks_per_s"], row["memory"], row["ml_over_nts"]
+        cells = [f"{row['shape'].name} ({row['shape'].meta_batch})"]
+        cells += [f"{rate[e]:.1f}" for e in engines]
+        cells += [f"{rate[e] / rate['learn2learn']:.1f}x" for e in engines[1:]]
+        cells += ["n/a" if memory[e] is None else f"{memory[e]:.0f}" for e in engines]
+        cells += [f"{ratio[e]:.2f}" for e in engines]
+        lines.append("| " + " | ".join(cells) + " |")
+    if any("compile_s" in row for row in rows):
+        lines += ["", "| shape | compile time s | compiled vs eager meta-gradient, TF32 off (relative) |", "|---|---|---|"]
+        lines += [f"| {r['shape'].name} | {r['compile_s']:.0f} | {r['compile_rel_diff']:.1e} |" for r in rows]
+    return "\n".join(lines)
+
+
+def environment(device: torch.device) -> str:
+    import lightning
+
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+    else:
+        name = f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
+    return (
+        f"device: {name}; torch {torch.__version__}, lightning {lightning.__version__}, "
+        f"Python {platform.python_version()}; cuDNN benchmark {torch.backends.cudnn.benchmark}"
+    )
+
+
+def write_section(path: Path, title: str, body: str) -> None:
+    """Replace (or append) the ``## title`` section of a Markdown file, leaving other sections alone."""
+    text = path.read_text() if path.exists() else "# Performance\n"
+    marker = f"## {title}"
+    start = text.find(marker)
+    if start == -1:
+        text = text.rstrip("\n") + f"\n\n{marker}\n\n{body}\n"
+    else:
+        end = text.find("\n## ", start + len(marker))
+        text = text[:start] + f"{marker}\n\n{body}\n" + (text[end + 1 :] if end != -1 else "")
+    path.write_text(text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--shapes", nargs="*", help="subset of: " + " ".join(s.name for s in SHAPES))
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--compile", action="store_true", help="also time the batched engine under torch.compile")
+    parser.add_argument("--cudnn-benchmark", action="store_true")
+    parser.add_argument("--write", type=Path, help="write the table into this Markdown file")
+    args = parser.parse_args()
+    torch.backends.cudnn.benchmark = args.cudnn_benchmark
+    device = torch.device(args.device)
+    rows = run(args)
+    engines = ["learn2learn", "batched"] + (["batched+compile"] if args.compile else [])
+    command = "python benchmarks/engines.py " + " ".join(sys.argv[1:])
+    body = f"{environment(device)}\n\nCommand: `{command}` ({time.strftime('%Y-%m-%d')})\n\n{table(rows, engines)}"
+    print(body)
+    if args.write:
+        title = f"Engines on {'GPU' if device.type == 'cuda' else 'CPU'}"
+        write_section(args.write, title, body)
+        print(f"written to {args.write} ({title})", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONWARNINGS", "ignore")
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    main()

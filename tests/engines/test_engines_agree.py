@@ -1,0 +1,116 @@
+"""Both engines compute the same meta-gradients and task scores, in float64, for every option combination."""
+
+import itertools
+from functools import partial
+
+import pytest
+import torch
+
+from units_lightning.backbones import ConvNet
+from units_lightning.belief import task_beliefs, task_uncertainty
+from units_lightning.engines import BatchedEngine, Learn2LearnEngine
+from units_lightning.losses import EvidentialLoss
+
+TASKS, WAYS, SHOTS, QUERY_SETS, QUERIES = 3, 3, 2, 2, 4
+STEPS = 2
+LOSS = partial(EvidentialLoss(), eta=0.7)
+
+
+def make_engine(kind, lr_mode, per_step_bn, chunk_size=None):
+    torch.manual_seed(0)
+    net = ConvNet((2, 8, 8), WAYS, filters=3, blocks=2, bn_steps=STEPS + 1 if per_step_bn else 1).double()
+    if kind == "batched":
+        engine = BatchedEngine(net, 0.3, lr_mode, STEPS, chunk_size=chunk_size)
+    else:
+        engine = Learn2LearnEngine(net, 0.3, lr_mode, STEPS)
+    engine.double()
+    with torch.no_grad():  # learned rates that differ per layer, step and entry, so routing errors show
+        for rate in engine.inner_lr.parameters():
+            rate.uniform_(0.1, 0.5, generator=torch.Generator().manual_seed(rate.numel()))
+        for name, p in net.named_parameters():
+            if name.startswith("norms."):
+                p.add_(0.1 * torch.randn(p.shape, dtype=p.dtype, generator=torch.Generator().manual_seed(p.numel())))
+    return engine
+
+
+def episode():
+    g = torch.Generator().manual_seed(1)
+    support_x = torch.randn(TASKS, WAYS * SHOTS, 2, 8, 8, generator=g, dtype=torch.float64)
+    support_y = torch.arange(WAYS).repeat(SHOTS).expand(TASKS, -1)
+    query_x = torch.randn(TASKS, QUERY_SETS, WAYS * QUERIES, 2, 8, 8, generator=g, dtype=torch.float64)
+    query_y = torch.arange(WAYS).repeat(QUERIES).expand(TASKS, -1)
+    return support_x, support_y, query_x, query_y
+
+
+def meta_step(engine, second_order):
+    """Algorithm 1 in miniature: adapt, score every query set, meta-gradient of each task's first set."""
+    support_x, support_y, query_x, query_y = episode()
+    adapted = engine.adapt(support_x, support_y, LOSS, STEPS, create_graph=second_order)
+    with torch.no_grad():
+        logits = engine.predict_sets(adapted, query_x)
+        routed = engine.predict(adapted, query_x.flatten(0, 1), torch.arange(TASKS).repeat_interleave(QUERY_SETS))
+        torch.testing.assert_close(logits.flatten(0, 1), routed, rtol=1e-12, atol=1e-14)
+        beliefs = task_beliefs(EvidentialLoss().evidence(logits))
+        scores = task_uncertainty(beliefs.vacuity, beliefs.dissonance, 0.6)
+    logits = engine.predict(adapted, query_x[:, 0], torch.arange(TASKS))
+    loss = LOSS(logits, query_y)
+    names, params = zip(*engine.named_parameters(), strict=True)
+    return scores, dict(zip(names, torch.autograd.grad(loss, params), strict=True))
+
+
+def assert_close(ours, expected, what):
+    """Relative difference at most 1e-10 per tensor, measured against the whole gradient's norm for tensors
+    whose true gradient is zero (conv biases before batch norm), where a per-tensor ratio is rounding noise."""
+    total = torch.cat([g.flatten() for g in expected.values()]).norm()
+    for name in expected:
+        a, b = ours[name], expected[name]
+        relative = ((a - b).norm() / torch.maximum(b.norm(), 1e-6 * total)).item()
+        assert relative <= 1e-10, f"{what}: {name} differs by {relative:.2e}"
+
+
+OPTIONS = list(itertools.product([True, False], ["fixed", "per_layer_per_step", "per_parameter"], [False, True]))
+
+
+@pytest.mark.parametrize(
+    "second_order,lr_mode,per_step_bn",
+    OPTIONS,
+    ids=[f"{'2nd' if s else '1st'}-{m}-{'stepbn' if b else 'bn'}" for s, m, b in OPTIONS],
+)
+def test_batched_engine_matches_learn2learn(second_order, lr_mode, per_step_bn):
+    scores, grads = meta_step(make_engine("batched", lr_mode, per_step_bn), second_order)
+    ref_scores, ref_grads = meta_step(make_engine("learn2learn", lr_mode, per_step_bn), second_order)
+    assert grads.keys() == ref_grads.keys()
+    assert_close(grads, ref_grads, "meta-gradient")
+    torch.testing.assert_close(scores, ref_scores, rtol=1e-12, atol=1e-14)
+    assert all(grads[n].abs().sum() > 0 for n in grads if "convs" not in n or "bias" not in n)
+    if lr_mode != "fixed":  # learned rates are meta-parameters and really get a gradient
+        assert any(name.startswith("inner_lr.") and g.abs().sum() > 0 for name, g in grads.items())
+
+
+@pytest.mark.parametrize("second_order", [True, False], ids=["2nd", "1st"])
+def test_second_order_terms_are_present(second_order):
+    _, second = meta_step(make_engine("batched", "fixed", False), True)
+    _, first = meta_step(make_engine("batched", "fixed", False), False)
+    differs = [not torch.allclose(second[n], first[n], rtol=1e-6) for n in second]
+    assert any(differs)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 2])
+def test_chunked_batched_engine_equals_unchunked(chunk_size):
+    scores, grads = meta_step(make_engine("batched", "per_layer_per_step", True, chunk_size=None), True)
+    chunk_scores, chunk_grads = meta_step(make_engine("batched", "per_layer_per_step", True, chunk_size), True)
+    assert_close(chunk_grads, grads, f"chunk_size={chunk_size}")
+    torch.testing.assert_close(chunk_scores, scores, rtol=1e-12, atol=1e-14)
+
+
+def test_engines_share_state_dict_layout():
+    a = make_engine("batched", "per_parameter", True).state_dict()
+    b = make_engine("learn2learn", "per_parameter", True).state_dict()
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_batched_engine_refuses_native_batch_norm():
+    net = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.BatchNorm2d(2))
+    with pytest.raises(ValueError, match="BatchNorm2d.*wrong second-order"):
+        BatchedEngine(net)

@@ -1,0 +1,137 @@
+"""The fast engine: every task of a meta-batch adapted at once with ``torch.func`` (``grad`` inside ``vmap``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call, grad, vmap
+
+from units_lightning.engines.base import InnerLoss, accepts_step, inner_loop_parameters
+from units_lightning.engines.inner_lr import InnerLearningRates, InnerLRMode
+
+__all__ = ["AdaptedWeights", "BatchedEngine"]
+
+
+@dataclass
+class AdaptedWeights:
+    """What ``BatchedEngine.adapt`` returns: the tasks' fast weights, stacked along a leading task dimension.
+
+    Attributes:
+        fast: name -> (T, ...) adapted weights of the inner-loop parameters.
+        steps: inner steps taken (selects the per-step batch-norm weights used for prediction).
+    """
+
+    fast: dict[str, Tensor]
+    steps: int
+
+
+class BatchedEngine(nn.Module):
+    """Second- or first-order MAML over a batch of tasks in one vectorised pass.
+
+    ``adapt`` maps the per-task inner loop (``torch.func.grad`` of the support loss, then
+    ``w - lr * g``, ``steps`` times) over the tasks with ``torch.func.vmap``; the meta-gradient flows back
+    through it with ordinary autograd. ``predict`` maps the forward pass over query sets, each with its
+    task's fast weights. It computes the same quantities as ``Learn2LearnEngine`` (checked to 1e-10 in
+    float64, tests/engines), without one kernel launch sequence per task.
+
+    The backbone's batch norm must be written from primitive operations (``backbones.BatchNorm``):
+    ``nn.BatchNorm2d`` under ``vmap`` gives wrong second-order meta-gradients.
+
+    Args:
+        model: the backbone whose initialisation is meta-learned.
+        inner_lr: inner-loop learning rate (the initial one when learned).
+        inner_lr_mode: "fixed" (MAML), "per_layer_per_step" (MAML++) or "per_parameter" (Meta-SGD).
+        inner_steps: inner steps in training (sizes per-step rates).
+        chunk_size: tasks (in ``adapt``) or query sets (in ``predict``) vectorised at once; None for all.
+            Smaller chunks bound the memory of evaluation and scoring; training memory still grows with
+            the meta-batch because the graph of every task is kept for the backward pass (split the
+            meta-batch with the trainer's ``accumulate_grad_batches`` instead).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        inner_lr: float = 0.1,
+        inner_lr_mode: InnerLRMode = "fixed",
+        inner_steps: int = 1,
+        chunk_size: int | None = None,
+        compile: bool = False,
+    ):
+        super().__init__()
+        if chunk_size is not None and chunk_size < 1:
+            raise ValueError(f"chunk_size must be a positive number of tasks or None, got {chunk_size}")
+        for name, module in model.named_modules():
+            if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                raise ValueError(
+                    f"{name} is a {type(module).__name__}: under torch.func.vmap it gives wrong second-order "
+                    "meta-gradients. Use units_lightning.backbones.BatchNorm or model.engine=learn2learn"
+                )
+        self.model = model
+        self.inner_lr = InnerLearningRates(inner_loop_parameters(model), inner_lr, inner_lr_mode, inner_steps)
+        self.chunk_size = chunk_size
+        self._step_kwarg = accepts_step(model)
+        self.compile = compile
+        self._compiled_adapt = torch.compile(self._adapt_all) if compile else self._adapt_all
+        self._compiled_predict = torch.compile(self._predict_all) if compile else self._predict_all
+        self._compiled_predict_sets = torch.compile(self._predict_sets) if compile else self._predict_sets
+
+    def adapt(
+        self, support_x: Tensor, support_y: Tensor, loss: InnerLoss, steps: int, create_graph: bool
+    ) -> AdaptedWeights:
+        slow = inner_loop_parameters(self.model)
+        if steps == 0:
+            return AdaptedWeights({n: w.expand(len(support_x), *w.shape) for n, w in slow.items()}, 0)
+        run = self._compiled_adapt if self.training else self._adapt_all
+        return AdaptedWeights(run(slow, support_x, support_y, loss, steps, create_graph), steps)
+
+    def predict(self, adapted: AdaptedWeights, query_x: Tensor, task_index: Tensor) -> Tensor:
+        if query_x.shape[0] == 0:
+            return query_x.new_zeros(0, query_x.shape[1], self._num_outputs())
+        run = self._compiled_predict if self.training else self._predict_all
+        return run(adapted.fast, query_x, task_index, adapted.steps)
+
+    def predict_sets(self, adapted: AdaptedWeights, query_x: Tensor) -> Tensor:
+        run = self._compiled_predict_sets if self.training else self._predict_sets
+        return run(adapted.fast, query_x, adapted.steps)
+
+    def _adapt_all(
+        self,
+        slow: dict[str, Tensor],
+        support_x: Tensor,
+        support_y: Tensor,
+        loss: InnerLoss,
+        steps: int,
+        create_graph: bool,
+    ) -> dict[str, Tensor]:
+        def adapt_task(x: Tensor, y: Tensor) -> dict[str, Tensor]:
+            fast = slow
+            for step in range(steps):
+                grads = grad(lambda w, s=step: loss(self._forward(w, x, s), y))(fast)
+                if not create_graph:
+                    grads = {name: g.detach() for name, g in grads.items()}
+                fast = {name: w - self.inner_lr(name, step) * grads[name] for name, w in fast.items()}
+            return fast
+
+        return vmap(adapt_task, chunk_size=self.chunk_size)(support_x, support_y)
+
+    def _predict_all(self, fast: dict[str, Tensor], query_x: Tensor, task_index: Tensor, steps: int) -> Tensor:
+        weights = {name: w[task_index] for name, w in fast.items()}
+        forward = lambda w, x: self._forward(w, x, steps)  # noqa: E731
+        return vmap(forward, chunk_size=self.chunk_size)(weights, query_x)
+
+    def _predict_sets(self, fast: dict[str, Tensor], query_x: Tensor, steps: int) -> Tensor:
+        # Tasks map over the weights; a task's query sets map over its inputs only, so each convolution
+        # runs once per task on all of its sets instead of once per set.
+        def task_sets(weights: dict[str, Tensor], sets: Tensor) -> Tensor:
+            return vmap(lambda x: self._forward(weights, x, steps))(sets)
+
+        return vmap(task_sets, chunk_size=self.chunk_size)(fast, query_x)
+
+    def _forward(self, fast: dict[str, Tensor], x: Tensor, step: int) -> Tensor:
+        kwargs = {"step": step} if self._step_kwarg else {}
+        return functional_call(self.model, fast, (x,), kwargs, strict=False)
+
+    def _num_outputs(self) -> int:
+        return list(self.model.parameters())[-1].shape[0]
