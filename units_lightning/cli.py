@@ -13,6 +13,8 @@ from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import WandbLogger
 
 from units_lightning.data.datamodule import EpisodicDataModule
+from units_lightning.evaluation.prediction_writer import PredictionWriter
+from units_lightning.evaluation.report import format_results, write_report
 from units_lightning.module import UnitsMAML
 
 __all__ = ["UnitsCLI", "cli_main", "fit_summary", "main", "run_directory"]
@@ -78,6 +80,8 @@ class UnitsCLI(LightningCLI):
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("data.n_way", "model.n_way", apply_on="instantiate")
         parser.link_arguments("data.image_shape", "model.image_shape", apply_on="instantiate")
+        # Inert outside `predict`; there it writes predictions.csv/json (--prediction.threshold sets abstention).
+        parser.add_lightning_class_args(PredictionWriter, "prediction")
 
     def before_fit(self) -> None:
         self._fit_started = time.perf_counter()
@@ -95,6 +99,22 @@ class UnitsCLI(LightningCLI):
                 {f"summary/{k}": v for k, v in summary.items() if not isinstance(v, dict)}
             )
         print(_format(summary) + f"\n  written to {path}", flush=True)
+
+    def after_test(self) -> None:
+        """Write the test report (``results.json``, plots, W&B tables) into the run directory and print it."""
+        results = getattr(self.model, "test_results", None)
+        if not self.trainer.is_global_zero or not results:
+            return
+        ckpt_path = self.config[self.subcommand].get("ckpt_path")
+        spec = getattr(self.datamodule, "eval_spec", None)
+        context: dict[str, Any] = {"checkpoint": None if ckpt_path is None else str(ckpt_path)}
+        if spec is not None:
+            context["task"] = {"n_way": spec.n_way, "k_shot": spec.k_shot, "query_shots": spec.query_shots}
+            context["seed"] = getattr(self.datamodule, "seed", None)
+        logger = self.trainer.logger
+        wandb_run = logger.experiment if isinstance(logger, WandbLogger) else None
+        path = write_report({**context, **results}, run_directory(self.trainer), wandb_run)
+        print(format_results(results) + f"\n  written to {path} (plots beside it)", flush=True)
 
 
 def cli_main(args: list[str] | None = None) -> UnitsCLI:

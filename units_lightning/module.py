@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Sequence
 from functools import partial
 from typing import Any, Literal
 
@@ -22,8 +24,11 @@ from units_lightning.belief import (
 )
 from units_lightning.data.episode import TaskBatch
 from units_lightning.engines import BatchedEngine, InnerLRMode, Learn2LearnEngine
+from units_lightning.evaluation.ensemble import CheckpointEnsemble, load_engines
+from units_lightning.evaluation.shifts import QueryShift, default_shifts
 from units_lightning.ledger import LabelLedger
 from units_lightning.losses import EvidentialLoss, MetaLoss
+from units_lightning.metrics import ShiftMetrics, UncertaintyMetrics
 from units_lightning.samplers.base import TaskSampler
 from units_lightning.schedules import LinearAnneal, LinearWarmup, Schedule
 
@@ -72,6 +77,12 @@ class UnitsMAML(pl.LightningModule):
         sampler: the task sampler, only for training without an ``EpisodicDataModule``; by default the
             data module's sampler, which both draws the candidate tasks and chooses among them.
         label_budget: stop training once this many query sets have been labeled (the paper: 10,000).
+        metrics: the evaluation metrics of validation and test (default ``UncertaintyMetrics()``: vacuity
+            thresholds 0.1 and 0.2, coverages 100/70/60/50%, 15 calibration bins).
+        query_shifts: out-of-distribution probes run by ``test`` on every test task (default: rotations 0-180
+            degrees and scales 0.5-1.5; ``[]`` for none); see ``units_lightning.evaluation``.
+        ensemble: checkpoints whose adapted predictions are averaged in test, validate and predict instead of
+            this model's own weights (the paper's top-k validation checkpoints).
     """
 
     def __init__(
@@ -97,9 +108,12 @@ class UnitsMAML(pl.LightningModule):
         schedule_steps_per_epoch: int | None = None,
         sampler: TaskSampler | None = None,
         label_budget: int | None = None,
+        metrics: UncertaintyMetrics | None = None,
+        query_shifts: list[QueryShift] | None = None,
+        ensemble: CheckpointEnsemble | None = None,
     ):
         super().__init__()
-        self.save_hyperparameters(ignore=["backbone", "sampler"])
+        self.save_hyperparameters(ignore=["backbone", "sampler", "metrics", "query_shifts", "ensemble"])
         if inner_steps < 0 or (eval_inner_steps is not None and eval_inner_steps < 0):
             raise ValueError("inner_steps and eval_inner_steps must be >= 0")
         eval_steps = inner_steps if eval_inner_steps is None else eval_inner_steps
@@ -134,6 +148,14 @@ class UnitsMAML(pl.LightningModule):
         # run, so that captured or compiled inner loops see each step's value without being rebuilt.
         self.register_buffer("inner_eta", torch.zeros(()), persistent=False)
         self._inner_loss = _InnerLoss(self)
+        metrics = metrics if metrics is not None else UncertaintyMetrics()
+        self.val_metrics, self.test_metrics = metrics, copy.deepcopy(metrics)
+        self.query_shifts = default_shifts() if query_shifts is None else list(query_shifts)
+        self.shift_metrics = nn.ModuleList(ShiftMetrics() for shift in self.query_shifts for _ in shift.levels)
+        self.ensemble = ensemble
+        self.ensemble_members: list[Any] = []  # plain list: members are not part of this model's state_dict
+        self._ensemble_ranking: list[Any] = []
+        self.test_results: dict[str, Any] | None = None
 
     # --- wiring ---------------------------------------------------------------------------------------
 
@@ -151,6 +173,8 @@ class UnitsMAML(pl.LightningModule):
                 raise ValueError("UnitsMAML needs a task sampler: pass sampler=... or train with an EpisodicDataModule")
         if self.trainer.world_size > 1:
             self.ledger.reduce = partial(self.trainer.strategy.reduce, reduce_op="sum")
+        if self.ensemble is not None and stage != "fit" and not self.ensemble_members:
+            self.load_ensemble()
         data_way = getattr(datamodule, "n_way", self.n_way)
         if data_way != self.n_way:
             raise ValueError(f"model.n_way={self.n_way} but data.n_way={data_way}: set both to the same number")
@@ -229,8 +253,71 @@ class UnitsMAML(pl.LightningModule):
     def validation_step(self, batch: TaskBatch, batch_idx: int) -> dict[str, Tensor]:
         return self._evaluate(batch, "val")
 
-    def test_step(self, batch: TaskBatch, batch_idx: int) -> dict[str, Tensor]:
-        return self._evaluate(batch, "test")
+    def test_step(self, batch: TaskBatch, batch_idx: int) -> dict[str, Any]:
+        """Evaluate the test tasks and, from the same adapted models, every shifted query set.
+
+        Returns:
+            what ``_evaluate`` returns, plus ``shifted``: ``{level name: (T, M) vacuity}``.
+        """
+        clean = batch.query_x[:, 0]
+        seed = int(getattr(getattr(self.trainer, "datamodule", None), "seed", 0))
+        levels, queries = [], []
+        for shift_index, shift in enumerate(self.query_shifts):
+            generator = torch.Generator().manual_seed(seed * 1_000_003 + batch_idx * 101 + shift_index)
+            for level in shift.levels:
+                levels.append((shift, level))
+                queries.append(None if shift.is_identity(level) else shift.shift(clean, level, generator))
+        outputs = self._evaluate(batch, "test", [q for q in queries if q is not None])
+        shifted_logits = iter(outputs.pop("extra_logits", []))
+        outputs["shifted"] = {}
+        for (shift, level), query, metrics in zip(levels, queries, self.shift_metrics, strict=True):
+            logits = outputs["logits"] if query is None else next(shifted_logits)
+            evidence = self.loss.evidence(logits)
+            vac = vacuity(evidence)
+            correct = logits.argmax(-1) == outputs["labels"] if shift.keeps_labels else None
+            metrics.update(outputs["vacuity"], vac, correct)
+            outputs["shifted"][shift.name(level)] = vac
+        return outputs
+
+    def on_validation_epoch_end(self) -> None:
+        if self.val_metrics.num_tasks() > 0:
+            results = self.val_metrics.compute()
+            self.log_dict({f"val/{k}": v for k, v in self.val_metrics.scalars(results).items()})
+        self.val_metrics.reset()
+
+    def on_test_epoch_end(self) -> None:
+        """Compute the test report into ``test_results`` (for ``results.json``) and log its single numbers."""
+        if self.test_metrics.num_tasks() == 0:
+            return
+        results = self.test_metrics.compute()
+        scalars = {f"test/{k}": v for k, v in self.test_metrics.scalars(results).items()}
+        shifts: dict[str, list[dict[str, Any]]] = {}
+        metrics = iter(self.shift_metrics)
+        for shift in self.query_shifts:
+            for level in shift.levels:
+                row = {"level": level, "name": shift.name(level), **next(metrics).compute()}
+                shifts.setdefault(shift.kind, []).append(row)
+                for key, value in (("acc", row["accuracy"]), ("vacuity", row["vacuity"])):
+                    if value is not None and value["mean"] is not None:
+                        scalars[f"test/ood/{row['name']}/{key}"] = value["mean"]
+                if row["auroc"] is not None:
+                    scalars[f"test/ood/{row['name']}/auroc"] = row["auroc"]
+        results["ood"] = shifts
+        if self.ensemble_members:
+            results["ensemble"] = [
+                {"path": str(m.path), "score": m.score, "step": m.step} for m in self._ensemble_ranking
+            ]
+        self.test_results = results
+        self.log_dict(scalars)
+        self.test_metrics.reset()
+        for metric in self.shift_metrics:
+            metric.reset()
+
+    def load_ensemble(self) -> None:
+        """Load the members of ``ensemble`` (each a copy of this model's engine with a checkpoint's weights)."""
+        ranked = self.ensemble.rank()
+        self._ensemble_ranking = [member for member, _ in ranked]
+        self.ensemble_members = load_engines(self.engine, [checkpoint for _, checkpoint in ranked])
 
     def predict_step(self, batch: TaskBatch, batch_idx: int) -> dict[str, Tensor]:
         """Adapt to each task's support set and describe every query of its first query set, without labels.
@@ -258,24 +345,56 @@ class UnitsMAML(pl.LightningModule):
         Returns:
             (T, M, N) logits, detached.
         """
+        return self.adapt_and_predict_sets(support_x, support_y, [query_x])[0]
+
+    def adapt_and_predict_sets(
+        self, support_x: Tensor, support_y: Tensor, query_sets: Sequence[Tensor]
+    ) -> list[Tensor]:
+        """Adapt once to each support set, then predict several query sets of each task, one pass per set.
+
+        With an ensemble loaded, every member adapts on its own and the members' logits are averaged.
+
+        Args:
+            support_x: (T, S, C, H, W); support_y: (T, S); query_sets: tensors of shape (T, M_i, C, H, W).
+
+        Returns:
+            one (T, M_i, N) logits tensor per query set, detached.
+        """
         eta = self.eta(self.schedule_epoch)
+        engines = [member.to(self.device) for member in self.ensemble_members] or [self.engine]
+        total: list[Tensor] = []
         with torch.inference_mode(False), torch.enable_grad():
             # Tensors made under inference mode cannot enter autograd: copy them out of it.
-            support_x, support_y, query_x = support_x.clone(), support_y.clone(), query_x.clone()
-            adapted = self.engine.adapt(
-                support_x, support_y, partial(self.loss, eta=eta), self.eval_inner_steps, create_graph=False
-            )
-            return self.engine.predict_sets(adapted, query_x.unsqueeze(1))[:, 0].detach()
+            support_x, support_y = support_x.clone(), support_y.clone()
+            # Sets of one shape go through the engine together (each set is still normalised on its own).
+            stacked = torch.stack(list(query_sets), dim=1) if len({q.shape for q in query_sets}) == 1 else None
+            for engine in engines:
+                adapted = engine.adapt(
+                    support_x, support_y, partial(self.loss, eta=eta), self.eval_inner_steps, create_graph=False
+                )
+                if stacked is not None:
+                    logits = list(engine.predict_sets(adapted, stacked).detach().unbind(1))
+                else:
+                    logits = [engine.predict_sets(adapted, q.clone().unsqueeze(1))[:, 0].detach() for q in query_sets]
+                total = logits if not total else [a + b for a, b in zip(total, logits, strict=True)]
+        return [t / len(engines) for t in total]
 
-    def _evaluate(self, batch: TaskBatch, stage: str) -> dict[str, Tensor]:
-        """Adapt, predict the first query set of each task, log the means, return per-query values.
+    def _evaluate(self, batch: TaskBatch, stage: str, extra_queries: Sequence[Tensor] = ()) -> dict[str, Any]:
+        """Adapt, predict the first query set of each task, log the means, update the stage's metrics.
+
+        Args:
+            batch: the evaluation tasks.
+            stage: "val" or "test".
+            extra_queries: more (T, M, C, H, W) query sets to predict from the same adapted models.
 
         Returns:
             dict for callbacks and metrics: ``loss``; (T, M, N) ``logits`` and ``probability`` (expected
             Dirichlet probabilities); (T, M) ``labels``, ``vacuity``, ``dissonance``, ``incorrect_belief``,
-            ``correct_belief`` and ``correct`` (bool).
+            ``correct_belief`` and ``correct`` (bool); with ``extra_queries``, ``extra_logits``: their logits.
         """
-        logits = self.adapt_and_predict(batch.support_x, batch.support_y, batch.query_x[:, 0])
+        logits, *extra_logits = self.adapt_and_predict_sets(
+            batch.support_x, batch.support_y, [batch.query_x[:, 0], *extra_queries]
+        )
         labels = LabelLedger.evaluation_labels(batch)[:, 0]
         loss = self.loss(logits, labels, self.eta(self.schedule_epoch))
         evidence = self.loss.evidence(logits)
@@ -295,7 +414,7 @@ class UnitsMAML(pl.LightningModule):
         self.log_dict(
             {f"{stage}/{k}": v for k, v in values.items()}, on_epoch=True, batch_size=batch.num_tasks, sync_dist=True
         )
-        return {
+        outputs = {
             "loss": loss,
             "logits": logits,
             "probability": expected_probability(evidence),
@@ -306,6 +425,10 @@ class UnitsMAML(pl.LightningModule):
             "correct_belief": queries.correct,
             "correct": correct,
         }
+        (self.val_metrics if stage == "val" else self.test_metrics).update(outputs)
+        if extra_queries:
+            outputs["extra_logits"] = extra_logits
+        return outputs
 
     # --- logging and checkpoints ----------------------------------------------------------------------
 

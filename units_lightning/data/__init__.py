@@ -9,6 +9,7 @@ from units_lightning.data.datamodules import (
     SyntheticGlyphsDataModule,
 )
 from units_lightning.data.episode import EpisodeIndices, EpisodeSpec, SealedLabels, TaskBatch
+from units_lightning.data.folder_prediction import FolderPredictionDataModule
 from units_lightning.data.images import FewShotImages, RotatedClasses, TensorImages
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "EpisodicDataModule",
     "FewShotImageFolderDataModule",
     "FewShotImages",
+    "FolderPredictionDataModule",
     "MiniImageNetDataModule",
     "OmniglotDataModule",
     "RotatedClasses",

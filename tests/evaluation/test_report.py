@@ -1,0 +1,107 @@
+"""The report writer: results.json, PNG plots, and W&B tables and images."""
+
+import json
+
+from PIL import Image
+
+from units_lightning.evaluation.report import format_results, write_report
+
+
+def _results():
+    curve = [0.1, 0.2, 0.5, 1.0]
+    return {
+        "tasks": 4,
+        "queries": 20,
+        "accuracy": {"mean": 0.6, "ci95": 0.1},
+        **{k: {"mean": 0.3, "ci95": 0.01} for k in ("vacuity", "dissonance", "incorrect_belief", "correct_belief")},
+        "vacuity_thresholds": [
+            {"threshold": 0.1, "accuracy": None, "coverage": 0.0},
+            {"threshold": 0.2, "accuracy": 0.9, "coverage": 0.25},
+        ],
+        "threshold_curve": {"threshold": curve, "accuracy": [None, 0.9, 0.7, 0.6], "coverage": [0.0, 0.25, 0.8, 1.0]},
+        "selective_accuracy": [{"coverage": 1.0, "accuracy": 0.6}, {"coverage": 0.5, "accuracy": 0.8}],
+        "aurc": 0.2,
+        "ece": 0.05,
+        "ood": {
+            "rotation": [
+                {
+                    "level": 0.0,
+                    "name": "rotation_0",
+                    "accuracy": {"mean": 0.6, "ci95": 0.1},
+                    "vacuity": {"mean": 0.3, "ci95": 0.01},
+                    "auroc": 0.5,
+                },
+                {
+                    "level": 90.0,
+                    "name": "rotation_90",
+                    "accuracy": {"mean": 0.3, "ci95": 0.1},
+                    "vacuity": {"mean": 0.5, "ci95": 0.02},
+                    "auroc": 0.8,
+                },
+            ],
+            "dataset": [
+                {
+                    "level": "mnist",
+                    "name": "mnist",
+                    "accuracy": None,
+                    "vacuity": {"mean": 0.6, "ci95": 0.02},
+                    "auroc": 0.9,
+                }
+            ],
+        },
+    }
+
+
+class FakeRun:
+    def __init__(self):
+        self.logged, self.summary = [], {}
+
+    def log(self, payload):
+        self.logged.append(payload)
+
+
+def test_write_report_files_and_wandb_payload(tmp_path):
+    import wandb
+
+    run = FakeRun()
+    path = write_report(_results(), tmp_path / "run", wandb_run=run)
+    written = json.loads(path.read_text())
+    assert written["plots"] == {
+        "vacuity_threshold": "accuracy_vs_vacuity_threshold.png",
+        "rotation": "ood_rotation.png",
+        "dataset": "ood_dataset.png",
+    }
+    for name in written["plots"].values():
+        with Image.open(tmp_path / "run" / name) as image:
+            assert image.format == "PNG" and image.size == (720, 480)
+    (payload,) = run.logged
+    assert isinstance(payload["test/threshold_curve"], wandb.Table)
+    assert payload["test/ood"].columns == ["shift", "level", "accuracy", "vacuity", "auroc"]
+    assert len(payload["test/ood"].data) == 3
+    assert isinstance(payload["test/plots/rotation"], wandb.Image)
+    assert run.summary["test/accuracy"] == 0.6
+
+
+def test_format_results_names_the_numbers():
+    text = format_results(_results())
+    assert "accuracy 60.00% +- 10.00% (95% CI over 4 tasks, 20 queries)" in text
+    assert "vacuity < 0.2: accuracy 90.00%, coverage 25.00%" in text
+    assert "mnist: vac 0.6000 AUROC 0.9000" in text
+
+
+def test_prediction_rows_for_episodic_tasks_name_positions_and_class_ids():
+    import torch
+
+    from units_lightning.evaluation.prediction_writer import prediction_rows
+
+    output = {
+        "prediction": torch.tensor([[1, 0]]),
+        "probability": torch.tensor([[[0.2, 0.8], [0.6, 0.4]]]),
+        "vacuity": torch.tensor([[0.1, 0.3]]),
+        "dissonance": torch.tensor([[0.05, 0.2]]),
+        "classes": torch.tensor([[7, 3]]),
+    }
+    rows = prediction_rows([output], threshold=0.2)
+    assert [r["query"] for r in rows] == ["batch0/task0/query0", "batch0/task0/query1"]
+    assert [r["predicted"] for r in rows] == ["3", "7"] and [r["abstain"] for r in rows] == [False, True]
+    assert rows[0]["probabilities"] == {"7": 0.2, "3": 0.8}

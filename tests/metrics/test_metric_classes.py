@@ -1,0 +1,86 @@
+"""The Metric classes accumulate batches to the same numbers as the functions on everything at once."""
+
+import math
+
+import pytest
+import torch
+
+from units_lightning.metrics import (
+    DetectionAUROC,
+    ExpectedCalibrationError,
+    RiskCoverage,
+    ShiftMetrics,
+    TaskMean,
+    UncertaintyMetrics,
+    VacuityThresholdAccuracy,
+)
+from units_lightning.metrics import functional as F
+
+
+def _queries(seed, tasks=7, queries=6, ways=5):
+    generator = torch.Generator().manual_seed(seed)
+    probability = torch.softmax(3 * torch.randn(tasks, queries, ways, generator=generator), -1)
+    labels = torch.randint(ways, (tasks, queries), generator=generator)
+    vacuity = torch.rand(tasks, queries, generator=generator)
+    return probability, labels, vacuity, probability.argmax(-1) == labels
+
+
+def test_batched_updates_equal_the_functions_on_all_queries():
+    parts = [_queries(seed) for seed in range(3)]
+    probability, labels, vacuity, correct = (torch.cat(x) for x in zip(*parts, strict=True))
+    curve, risk, ece, task_mean = (
+        VacuityThresholdAccuracy([0.2, 0.5]),
+        RiskCoverage([1.0, 0.6]),
+        ExpectedCalibrationError(10),
+        TaskMean(),
+    )
+    for p, y, v, c in parts:
+        curve.update(c, v)
+        risk.update(c, v)
+        ece.update(p, y)
+        task_mean.update(c.float())
+    accuracy, coverage = curve.compute()
+    expected = F.threshold_curve(correct.flatten(), vacuity.flatten(), [0.2, 0.5])
+    assert torch.allclose(accuracy, expected[0]) and torch.allclose(coverage, expected[1])
+    selective, aurc = risk.compute()
+    assert float(selective[1]) == pytest.approx(float(F.selective_accuracy(correct.flatten(), vacuity.flatten(), 0.6)))
+    assert float(aurc) == pytest.approx(float(F.area_under_risk_coverage(correct.flatten(), vacuity.flatten())))
+    assert float(ece.compute()) == pytest.approx(float(F.expected_calibration_error(probability, labels, 10)), rel=1e-6)
+    per_task = correct.float().mean(1)
+    mean, half = task_mean.compute()
+    assert float(mean) == pytest.approx(float(per_task.mean()))
+    assert float(half) == pytest.approx(1.96 * float(per_task.std()) / per_task.numel() ** 0.5, rel=1e-5)
+
+
+def test_uncertainty_metrics_report_and_stable_keys():
+    metrics = UncertaintyMetrics(vacuity_thresholds=[0.1, 0.2], coverages=[1.0, 0.5])
+    probability, labels, vacuity, correct = _queries(0)
+    beliefs = {name: torch.rand(correct.shape) for name in ("dissonance", "incorrect_belief", "correct_belief")}
+    metrics.update({"probability": probability, "labels": labels, "vacuity": vacuity, "correct": correct, **beliefs})
+    results = metrics.compute()
+    assert results["tasks"] == 7 and results["queries"] == 42
+    assert results["accuracy"]["mean"] == pytest.approx(float(correct.float().mean()))
+    assert results["vacuity"]["mean"] == pytest.approx(float(vacuity.mean()))
+    assert sorted(metrics.scalars(results)) == [
+        "acc_ci95",
+        "acc_vacuity_below_0.1",
+        "acc_vacuity_below_0.2",
+        "aurc",
+        "coverage_vacuity_below_0.1",
+        "coverage_vacuity_below_0.2",
+        "ece",
+        "selective_acc_100",
+        "selective_acc_50",
+    ]
+    metrics.reset()
+    assert float(metrics.accuracy.count) == 0 and float(metrics.curve.total) == 0
+
+
+def test_shift_metrics_auroc_separates_clean_from_shifted():
+    metrics = ShiftMetrics()
+    metrics.update(torch.full((2, 3), 0.2), torch.full((2, 3), 0.6), None)
+    result = metrics.compute()
+    assert result["auroc"] == 1.0 and result["accuracy"] is None and result["vacuity"]["mean"] == pytest.approx(0.6)
+    empty = DetectionAUROC()
+    empty.update(torch.tensor([0.3, 0.4]), positive=False)
+    assert math.isnan(float(empty.compute()))  # no positives: undefined
