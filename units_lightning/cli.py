@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -134,6 +135,19 @@ def cli_main(args: list[str] | None = None) -> UnitsCLI:
     )
 
 
-def main() -> None:
-    """Console-script entry point (returns nothing, so the exit status is 0 on success)."""
-    cli_main()
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point (returns nothing, so the exit status is 0 on success).
+
+    ``dashboard`` and ``report`` are this package's own commands; everything else (``fit``, ``validate``,
+    ``test``, ``predict``, ``--help``) goes to LightningCLI.
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "dashboard":
+        from units_lightning.dashboard import main as dashboard_main
+
+        return dashboard_main(argv[1:])
+    if argv and argv[0] == "report":
+        from units_lightning.report import main as report_main
+
+        return report_main(argv[1:])
+    cli_main(argv)
