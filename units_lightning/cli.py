@@ -141,13 +141,13 @@ def main(argv: list[str] | None = None) -> None:
     ``dashboard`` and ``report`` are this package's own commands; everything else (``fit``, ``validate``,
     ``test``, ``predict``, ``--help``) goes to LightningCLI.
     """
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] == "dashboard":
+    words = sys.argv[1:] if argv is None else list(argv)
+    if words and words[0] == "dashboard":
         from units_lightning.dashboard import main as dashboard_main
 
-        return dashboard_main(argv[1:])
-    if argv and argv[0] == "report":
+        return dashboard_main(words[1:])
+    if words and words[0] == "report":
         from units_lightning.report import main as report_main
 
-        return report_main(argv[1:])
-    cli_main(argv)
+        return report_main(words[1:])
+    cli_main(None if argv is None else words)  # None: LightningCLI reads sys.argv itself
