@@ -107,8 +107,16 @@ def test_dashboard_command_dry_run_prints_the_keys(capsys):
 @pytest.mark.parametrize("switch", [[], ["--dashboard_callbacks=false"]], ids=["default_on", "switched_off"])
 def test_dashboard_callbacks_are_on_by_default_and_can_be_switched_off(tmp_path, switch):
     cli = cli_main(
-        ["fit", "--config", str(QUICKSTART), *FAST, "--trainer.fast_dev_run=true", "--trainer.logger=false",
-         f"--trainer.default_root_dir={tmp_path}", *switch]
+        [
+            "fit",
+            "--config",
+            str(QUICKSTART),
+            *FAST,
+            "--trainer.fast_dev_run=true",
+            "--trainer.logger=false",
+            f"--trainer.default_root_dir={tmp_path}",
+            *switch,
+        ]
     )
     present = {type(c) for c in cli.trainer.callbacks} & set(DASHBOARD_CALLBACKS)
     assert present == (set() if switch else set(DASHBOARD_CALLBACKS))

@@ -24,8 +24,13 @@ def train(tmp_path, logger_class):
     sampler = MultiQuerySampler(tasks=2, query_sets=QUERY_SETS, warmup_steps=1)
     logger = logger_class(save_dir=tmp_path, name="run")
     trainer = tiny_trainer(
-        tmp_path, max_steps=6, limit_train_batches=3, limit_val_batches=None, logger=logger,
-        log_every_n_steps=1, callbacks=dashboard_callbacks(),
+        tmp_path,
+        max_steps=6,
+        limit_train_batches=3,
+        limit_val_batches=None,
+        logger=logger,
+        log_every_n_steps=1,
+        callbacks=dashboard_callbacks(),
     )
     trainer.fit(tiny_model(), tiny_data(sampler))
     return trainer
@@ -50,7 +55,9 @@ def test_callbacks_log_every_dashboard_key_with_any_logger(tmp_path, logger_clas
         assert values(f"{stage}/theorem1_holds") == [1.0, 1.0]
         assert all(margin >= -1e-6 for margin in values(f"{stage}/theorem1_margin"))
     # Selection starts after one warm-up step; each task labels one of its QUERY_SETS sets.
-    wins = [[row[f"selection/slot_win/{i}"] for i in range(QUERY_SETS)] for row in rows if "selection/slot_win/0" in row]
+    wins = [
+        [row[f"selection/slot_win/{i}"] for i in range(QUERY_SETS)] for row in rows if "selection/slot_win/0" in row
+    ]
     assert len(wins) == 2 and all(math.isclose(sum(w), 1.0, abs_tol=1e-6) for w in wins)
     for who in ("chosen", "rejected"):
         p10, p50, p90 = (values(f"selection/uncertainty_{who}_p{q}") for q in (10, 50, 90))
@@ -59,8 +66,12 @@ def test_callbacks_log_every_dashboard_key_with_any_logger(tmp_path, logger_clas
     budget = [(row["label_budget/query_sets"], row["val/acc"]) for row in rows if "label_budget/query_sets" in row]
     assert [spent for spent, _ in budget] == [3 * 2, 6 * 2]
     assert values("schedule/lambda") and values("schedule/eta")
-    coverage = [row[key] for row in rows if "val_curve/coverage_at_vacuity_1p00" in row
-                for key in sorted(k for k in row if k.startswith("val_curve/coverage"))]
+    coverage = [
+        row[key]
+        for row in rows
+        if "val_curve/coverage_at_vacuity_1p00" in row
+        for key in sorted(k for k in row if k.startswith("val_curve/coverage"))
+    ]
     assert coverage and all(0.0 <= c <= 1.0 for c in coverage)
 
     report = build_report(tmp_path, tmp_path / "report")

@@ -12,8 +12,9 @@ from units_lightning.callbacks import TheoremOneMonitor, theorem_one_margin
 def test_margin_closed_forms():
     # Two equal beliefs with the label on one of them: dissonance 0.8, incorrect belief 0.4: the bound is tight.
     beliefs = query_beliefs(torch.tensor([[[4.0, 4.0, 0.0]]]), torch.tensor([[0]]))  # e=(4,4,0), S=11
-    torch.testing.assert_close(theorem_one_margin(beliefs.incorrect, beliefs.dissonance), torch.zeros(1), atol=1e-7,
-                               rtol=0)
+    torch.testing.assert_close(
+        theorem_one_margin(beliefs.incorrect, beliefs.dissonance), torch.zeros(1), atol=1e-7, rtol=0
+    )
     # All evidence on the true class: no dissonance, no incorrect belief.
     beliefs = query_beliefs(torch.tensor([[[9.0, 0.0, 0.0]]]), torch.tensor([[0]]))
     assert theorem_one_margin(beliefs.incorrect, beliefs.dissonance).item() == 0.0

@@ -26,14 +26,18 @@ def test_counts_add_up_over_batches():
     correct = torch.rand(6, 10, generator=generator) > 0.4
     thresholds = torch.linspace(0.1, 1.0, 10)
     whole = vacuity_threshold_counts(vacuity, correct, thresholds)
-    parts = [vacuity_threshold_counts(v, c, thresholds) for v, c in zip(vacuity.split(2), correct.split(2), strict=True)]
+    parts = [
+        vacuity_threshold_counts(v, c, thresholds) for v, c in zip(vacuity.split(2), correct.split(2), strict=True)
+    ]
     assert torch.equal(whole[0], sum(p[0] for p in parts)) and torch.equal(whole[1], sum(p[1] for p in parts))
     accuracy, coverage = vacuity_threshold_curve(vacuity, correct, thresholds)
     assert torch.all(coverage.diff() >= 0) and coverage[-1] == 1.0
     torch.testing.assert_close(accuracy[-1], correct.double().mean())
 
 
-@pytest.mark.parametrize("thresholds", [[], [0.0, 0.5], [1.5], [0.201, 0.204]], ids=["empty", "zero", "above_one", "same_key"])
+@pytest.mark.parametrize(
+    "thresholds", [[], [0.0, 0.5], [1.5], [0.201, 0.204]], ids=["empty", "zero", "above_one", "same_key"]
+)
 def test_bad_thresholds_are_rejected(thresholds):
     with pytest.raises(ValueError, match="thresholds"):
         UncertaintyCurves(thresholds)

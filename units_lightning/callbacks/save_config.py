@@ -39,7 +39,12 @@ class SaveRunConfig(SaveConfigCallback):
         multifile: bool = False,
     ) -> None:
         super().__init__(
-            parser, config, config_filename=config_filename, overwrite=overwrite, multifile=multifile, save_to_log_dir=False
+            parser,
+            config,
+            config_filename=config_filename,
+            overwrite=overwrite,
+            multifile=multifile,
+            save_to_log_dir=False,
         )
 
     def save_config(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:

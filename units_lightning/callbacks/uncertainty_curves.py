@@ -55,9 +55,8 @@ def vacuity_threshold_curve(vacuity: Tensor, correct: Tensor, thresholds: Tensor
         (K,) accuracy (NaN where a threshold keeps no query) and (K,) coverage in [0, 1], float64.
 
     Example:
-        >>> accuracy, coverage = vacuity_threshold_curve(
-        ...     torch.tensor([0.1, 0.3, 0.6, 0.9]), torch.tensor([True, True, False, False]), torch.tensor([0.05, 0.5, 1.0])
-        ... )
+        >>> vacuity, correct = torch.tensor([0.1, 0.3, 0.6, 0.9]), torch.tensor([True, True, False, False])
+        >>> accuracy, coverage = vacuity_threshold_curve(vacuity, correct, torch.tensor([0.05, 0.5, 1.0]))
         >>> accuracy, coverage
         (tensor([nan, 1.0000, 0.5000], dtype=torch.float64), tensor([0.0000, 0.5000, 1.0000], dtype=torch.float64))
     """

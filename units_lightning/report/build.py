@@ -92,7 +92,7 @@ def _html(
         f"<code>{html.escape(str(path))}</code> ({rows} rows).</p>",
     ]
     for section, items in sections.items():
-        parts.append(f"<h2>{html.escape(section)}</h2><div class=\"grid\">")
+        parts.append(f'<h2>{html.escape(section)}</h2><div class="grid">')
         for chart, image in items:
             data = base64.b64encode(image.read_bytes()).decode("ascii")
             parts.append(
