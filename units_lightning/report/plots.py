@@ -67,6 +67,9 @@ def _lines(chart: Chart, rows: Sequence[dict[str, Any]], series: list[str]) -> A
 
         plt.close(figure)
         return None
+    from matplotlib.ticker import MaxNLocator
+
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps, epochs and label counts are whole numbers
     _finish(chart, axes, _X_LABEL.get(chart.x, chart.x))
     return figure
 
@@ -98,6 +101,7 @@ def _threshold_curve(chart: Chart, rows: Sequence[dict[str, Any]], series: list[
             linewidth=2.2 if latest else 1.0,
             label=when if latest or index == 0 or len(curves) <= 8 else None,
         )
+    axes.set_xlim(0.0, 1.02)  # thresholds that keep no query leave a visible gap on the left
     _finish(chart, axes, "vacuity threshold t (queries with vacuity < t)")
     return figure
 
