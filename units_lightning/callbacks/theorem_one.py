@@ -91,7 +91,9 @@ class TheoremOneMonitor(Callback):
             torch.tensor([self._holds[stage], self._tasks[stage]], dtype=torch.float64, device=device),
             reduce_op="sum",
         )
-        margin = trainer.strategy.reduce(torch.tensor(self._margin[stage], dtype=torch.float64, device=device), "min")
+        margin = trainer.strategy.reduce(
+            torch.tensor(self._margin[stage], dtype=torch.float64, device=device), reduce_op="min"
+        )
         holds, tasks = (float(c) for c in counts)
         if tasks == 0:
             return

@@ -118,7 +118,7 @@ class UncertaintyCurves(Callback):
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking:
             return
-        counts = trainer.strategy.reduce(self._counts.to(pl_module.device), reduce_op="sum").cpu()
+        counts = trainer.strategy.reduce(self._counts.to(pl_module.device, copy=True), reduce_op="sum").cpu()
         size = len(self.thresholds)
         total = float(counts[-1])
         if total == 0:
