@@ -62,10 +62,11 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, charts:
     for index, chart in enumerate(charts):
         figure = draw(chart, log.rows)
         if figure is None:
-            reason = {
-                "table": "a W&B chart; the threshold charts above draw the same values",
-                "histogram": "needs W&B histograms; the quantile chart shows the same values",
-            }.get(chart.kind, "not logged in this run")
+            reason = "not logged in this run"
+            if chart.kind == "table":
+                reason = "a W&B chart; the threshold charts above draw the same values"
+            elif chart.kind == "histogram" and log.source != "wandb":
+                reason = "needs W&B histograms; the quantile chart shows the same values"
             skipped.append(f"{chart.title}: {reason}")
             continue
         path = out / f"{index:02d}_{_slug(chart.title)}.png"
