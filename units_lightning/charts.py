@@ -32,7 +32,7 @@ class Chart:
         y_pattern: a regular expression for series whose number depends on the run (one per query-set slot).
         kind: ``"line"``; ``"histogram"`` (W&B histograms over time: the workspace only, the report draws the
             quantiles of the same values); ``"threshold_curve"`` (the ``val_curve`` keys drawn against their
-            threshold, one line per validation); ``"table"`` (a W&B line-series chart: the workspace only).
+            threshold, one line per validation).
         y_label: label of the y axis.
         y_range: fixed y-axis range, ``None`` for automatic ends.
     """
@@ -42,7 +42,7 @@ class Chart:
     y: tuple[str, ...] = ()
     x: str = STEP
     y_pattern: str | None = None
-    kind: Literal["line", "histogram", "threshold_curve", "table"] = "line"
+    kind: Literal["line", "histogram", "threshold_curve"] = "line"
     y_label: str = ""
     y_range: tuple[float | None, float | None] = field(default=(None, None))
 
@@ -173,12 +173,6 @@ def charts(thresholds: Iterable[float] = DEFAULT_VACUITY_THRESHOLDS) -> tuple[Ch
             kind="threshold_curve",
             y_label="fraction of queries with vacuity < t",
             y_range=(0.0, 1.0),
-        ),
-        Chart(
-            "Uncertainty curves",
-            "Accuracy and coverage vs vacuity threshold (latest validation)",
-            ("val_curve/accuracy_vs_vacuity_table",),
-            kind="table",
         ),
     )
 

@@ -24,20 +24,11 @@ _BUILT_IN_X = {"Step", "_step", "Wall Time", "Relative Time (Wall)", "Relative T
 def _panel(chart: Chart) -> Any:
     import wandb_workspaces.reports.v2 as wr
 
-    if chart.kind == "table":
-        (table,) = chart.y
-        # What wandb.plot.line_series logs: a table under <key>_table drawn by the built-in line-series chart.
-        return wr.CustomChart(
-            query={"summaryTable": {"tableKey": table}},
-            chart_name="wandb/lineseries/v0",
-            chart_fields={"step": "step", "lineKey": "lineKey", "lineVal": "lineVal"},
-            chart_strings={"title": chart.title, "xname": "vacuity threshold"},
-        )
     title = chart.title
     x = _X_AXIS.get(chart.x, chart.x)
     if chart.kind == "threshold_curve":
-        # W&B line plots draw keys over steps: one line per threshold over training (the table chart draws
-        # the latest curve against the threshold).
+        # W&B line plots draw keys over steps: one line per threshold over training (the report draws the
+        # curve against the threshold).
         title = title.split(" (")[0] + " (one line per threshold, over training)"
         x = _X_AXIS[STEP]
     return wr.LinePlot(
@@ -82,7 +73,7 @@ def panel_keys(workspace: Any) -> tuple[set[str], set[str]]:
         workspace: a ``wandb_workspaces.workspaces.Workspace``.
 
     Returns:
-        ``(keys, patterns)``: exact keys (x and y axes, custom-chart tables, W&B's own axes left out) and the
+        ``(keys, patterns)``: exact keys (x and y axes, W&B's own axes left out) and the
         ``metric_regex`` patterns of panels whose series depend on the run.
     """
     import wandb_workspaces.reports.v2 as wr
@@ -97,8 +88,6 @@ def panel_keys(workspace: Any) -> tuple[set[str], set[str]]:
                     keys.add(str(panel.x))
                 if panel.metric_regex:
                     patterns.add(panel.metric_regex)
-            elif isinstance(panel, wr.CustomChart):
-                keys.add(panel.query["summaryTable"]["tableKey"])
             else:
                 raise TypeError(f"panel_keys does not know {type(panel).__name__} panels")
     return keys, patterns
@@ -117,10 +106,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     workspace = build_workspace(args.entity, args.project, args.name)
     if args.dry_run:
-        layout = {
-            section.name: [getattr(panel, "title", None) or panel.chart_strings["title"] for panel in section.panels]
-            for section in workspace.sections
-        }
+        layout = {section.name: [panel.title for panel in section.panels] for section in workspace.sections}
         keys, patterns = panel_keys(workspace)
         summary = {"workspace": args.name, "sections": layout, "keys": sorted(keys), "patterns": sorted(patterns)}
         print(json.dumps(summary, indent=2))

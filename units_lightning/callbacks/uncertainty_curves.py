@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,7 +10,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
-from units_lightning.callbacks._shared import step_values, threshold_key, wandb_loggers
+from units_lightning.callbacks._shared import step_values, threshold_key
 
 __all__ = ["DEFAULT_VACUITY_THRESHOLDS", "UncertaintyCurves", "vacuity_threshold_counts", "vacuity_threshold_curve"]
 
@@ -57,8 +56,8 @@ def vacuity_threshold_curve(vacuity: Tensor, correct: Tensor, thresholds: Tensor
     Example:
         >>> vacuity, correct = torch.tensor([0.1, 0.3, 0.6, 0.9]), torch.tensor([True, True, False, False])
         >>> accuracy, coverage = vacuity_threshold_curve(vacuity, correct, torch.tensor([0.05, 0.5, 1.0]))
-        >>> accuracy, coverage
-        (tensor([nan, 1.0000, 0.5000], dtype=torch.float64), tensor([0.0000, 0.5000, 1.0000], dtype=torch.float64))
+        >>> accuracy.tolist(), coverage.tolist()
+        ([nan, 1.0, 0.5], [0.0, 0.5, 1.0])
     """
     kept, kept_correct = vacuity_threshold_counts(vacuity, correct, thresholds)
     return _curve(kept.double(), kept_correct.double(), float(vacuity.numel()))
@@ -79,9 +78,9 @@ class UncertaintyCurves(Callback):
 
     Logged through ``LightningModule.log`` (any logger), in the same row as ``val/acc``:
     ``val_curve/acc_at_vacuity_<t>`` (NaN where no query is that sure) and ``val_curve/coverage_at_vacuity_<t>``,
-    with ``<t>`` written without a dot (``0p20`` for 0.2). With W&B, also ``val_curve/accuracy_vs_vacuity``: a
-    line chart of this epoch's curve (accuracy and coverage against the threshold). Counts are summed over
-    ranks under data-parallel training.
+    with ``<t>`` written without a dot (``0p20`` for 0.2). Counts are summed over ranks under data-parallel
+    training. (No W&B table chart: tables are artifacts, and an offline run finished right after logging one
+    lost its last history rows in wandb 0.31; ``units-lightning report`` draws the curve from these scalars.)
 
     Args:
         thresholds: vacuity thresholds in (0, 1].
@@ -129,20 +128,3 @@ class UncertaintyCurves(Callback):
             metrics[f"val_curve/acc_at_vacuity_{threshold_key(threshold)}"] = acc
             metrics[f"val_curve/coverage_at_vacuity_{threshold_key(threshold)}"] = cov
         pl_module.log_dict(metrics, on_step=False, on_epoch=True)
-        self._log_chart(trainer, accuracy.tolist(), coverage.tolist())
-
-    def _log_chart(self, trainer: pl.Trainer, accuracy: list[float], coverage: list[float]) -> None:
-        loggers = wandb_loggers(trainer)
-        if not loggers:
-            return
-        import wandb
-
-        chart = wandb.plot.line_series(
-            xs=list(self.thresholds),
-            ys=[[None if math.isnan(a) else a for a in accuracy], coverage],  # no query that sure: no point
-            keys=["accuracy", "coverage"],
-            title=f"Accuracy vs vacuity threshold (epoch {trainer.current_epoch})",
-            xname="vacuity threshold",
-        )
-        for logger in loggers:
-            logger.log_metrics({"val_curve/accuracy_vs_vacuity": chart}, step=trainer.global_step)

@@ -63,9 +63,7 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, charts:
         figure = draw(chart, log.rows)
         if figure is None:
             reason = "not logged in this run"
-            if chart.kind == "table":
-                reason = "a W&B chart; the threshold charts above draw the same values"
-            elif chart.kind == "histogram" and log.source != "wandb":
+            if chart.kind == "histogram" and log.source != "wandb":
                 reason = "needs W&B histograms; the quantile chart shows the same values"
             skipped.append(f"{chart.title}: {reason}")
             continue

@@ -25,12 +25,9 @@ def _figure() -> tuple[Any, Any]:
 def draw(chart: Chart, rows: Sequence[dict[str, Any]]) -> Any | None:
     """One chart as a matplotlib figure, or ``None`` when the rows hold nothing it can draw.
 
-    ``"table"`` charts (W&B line-series tables) are drawn from the same values by the ``threshold_curve`` charts;
     ``"histogram"`` charts need W&B histograms (the quantile chart shows the same values for other loggers).
     """
     keys = set().union(*rows) if rows else set()
-    if chart.kind == "table":
-        return None
     if chart.kind == "histogram":
         return _histogram(chart, rows)
     series = chart.matching(keys)
