@@ -104,7 +104,7 @@ def charts(thresholds: Iterable[float] = DEFAULT_VACUITY_THRESHOLDS) -> tuple[Ch
             "Theorem 1 slack: min over tasks of ib - cb / 2",
             ("train/theorem1_margin", "val/theorem1_margin"),
             x=EPOCH,
-            y_label=">= 0",
+            y_label="ib - cb / 2 (>= 0 where it holds)",
         ),
         Chart(
             "Belief trends", "Accuracy", ("train/acc_epoch", "val/acc"), x=EPOCH, y_label="accuracy", y_range=(0.0, 1.0)

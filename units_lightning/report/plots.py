@@ -10,6 +10,7 @@ from units_lightning.report.sources import finite
 
 __all__ = ["draw"]
 
+_LINE_STYLES = ("-", "--", "-.", ":")
 _X_LABEL = {STEP: "training step", EPOCH: "epoch (from 0)", "label_budget/query_sets": "labeled query sets"}
 
 
@@ -52,12 +53,19 @@ def _finish(chart: Chart, axes: Any, x_label: str) -> None:
 def _lines(chart: Chart, rows: Sequence[dict[str, Any]], series: list[str]) -> Any | None:
     figure, axes = _figure()
     drawn = 0
-    for key in series:
+    for index, key in enumerate(series):
         points = [(row[chart.x], row[key]) for row in rows if finite(row.get(chart.x)) and finite(row.get(key))]
         if not points:
             continue
         xs, ys = zip(*points, strict=True)
-        axes.plot(xs, ys, marker="o" if len(points) <= 30 else None, markersize=3, label=key)
+        axes.plot(
+            xs,
+            ys,
+            marker="os^Dv"[index % 5] if len(points) <= 30 else None,
+            markersize=6 - index % 3,  # series that coincide (train and val at 1.0) stay visible
+            linestyle=_LINE_STYLES[index % len(_LINE_STYLES)],
+            label=key,
+        )
         drawn += 1
     if not drawn:
         import matplotlib.pyplot as plt
