@@ -175,6 +175,8 @@ def test_steps_return_per_query_values_for_callbacks(tmp_path):
     # The chosen query set of each task is the one with the highest score.
     assert torch.equal(outputs["chosen"].float().argmax(1), outputs["scores"].argmax(1))
     assert outputs["vacuity"].shape == outputs["dissonance"].shape == outputs["correct"].shape == (2, 5)
+    assert outputs["incorrect_belief"].shape == (2, 5) and outputs["scored"] is True
+    assert ((outputs["incorrect_belief"] >= 0) & (outputs["incorrect_belief"] + outputs["vacuity"] <= 1 + 1e-6)).all()
     assert 0.0 <= outputs["lam"] <= 1.0 and outputs["eta"] >= 0.0
     outputs, batch = seen.val[0]
     queries = (2, 10)  # eval_query_shots=2 per class of 5

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.cli import LightningCLI
-from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
 
+from units_lightning.callbacks import SaveRunConfig, dashboard_callbacks
 from units_lightning.data.datamodule import EpisodicDataModule
 from units_lightning.evaluation.prediction_writer import PredictionWriter
 from units_lightning.evaluation.report import format_results, write_report
@@ -29,11 +31,18 @@ _SUMMARY_KEYS = {
 
 
 def run_directory(trainer: pl.Trainer) -> Path:
-    """Where a run's own files go: the W&B run's files folder, else the logger's or trainer's log dir."""
+    """Where a run's own files go: the W&B run's files folder, else the logger's or trainer's log dir.
+
+    Unlike ``trainer.log_dir`` it broadcasts nothing, so rank zero alone may call it.
+    """
     logger = trainer.logger
     if isinstance(logger, WandbLogger):
         return Path(logger.experiment.dir)
-    return Path(trainer.log_dir or trainer.default_root_dir)
+    if isinstance(logger, (CSVLogger, TensorBoardLogger)):
+        return Path(logger.log_dir)
+    if logger is not None and logger.save_dir is not None:
+        return Path(logger.save_dir)
+    return Path(trainer.default_root_dir)
 
 
 def fit_summary(trainer: pl.Trainer, model: UnitsMAML, wall_time_s: float) -> dict[str, Any]:
@@ -75,13 +84,29 @@ def _format(summary: dict[str, Any]) -> str:
 
 
 class UnitsCLI(LightningCLI):
-    """LightningCLI with the data module's task shape linked into the model and a summary after ``fit``."""
+    """LightningCLI with the data module's task shape linked into the model, the dashboard callbacks added to
+    the trainer's (``--dashboard_callbacks false`` leaves them out) and a summary after ``fit``."""
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("data.n_way", "model.n_way", apply_on="instantiate")
         parser.link_arguments("data.image_shape", "model.image_shape", apply_on="instantiate")
         # Inert outside `predict`; there it writes predictions.csv/json (--prediction.threshold sets abstention).
         parser.add_lightning_class_args(PredictionWriter, "prediction")
+        parser.add_argument(
+            "--dashboard_callbacks",
+            type=bool,
+            default=True,
+            help="Add the belief-dashboard callbacks (units_lightning.callbacks.dashboard_callbacks()) to "
+            "trainer.callbacks; false leaves them out.",
+        )
+
+    def before_instantiate_classes(self) -> None:
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        if config.get("dashboard_callbacks", True):
+            # LightningCLI appends trainer_defaults["callbacks"] to the configured trainer.callbacks.
+            existing = self.trainer_defaults.get("callbacks", [])
+            existing = list(existing) if isinstance(existing, list) else [existing]
+            self.trainer_defaults = {**self.trainer_defaults, "callbacks": [*existing, *dashboard_callbacks()]}
 
     def before_fit(self) -> None:
         self._fit_started = time.perf_counter()
@@ -124,11 +149,25 @@ def cli_main(args: list[str] | None = None) -> UnitsCLI:
         EpisodicDataModule,
         subclass_mode_data=True,
         args=args,
+        save_config_callback=SaveRunConfig,
         save_config_kwargs={"overwrite": True},
         trainer_defaults={"inference_mode": False},
     )
 
 
-def main() -> None:
-    """Console-script entry point (returns nothing, so the exit status is 0 on success)."""
-    cli_main()
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point (returns nothing, so the exit status is 0 on success).
+
+    ``dashboard`` and ``report`` are this package's own commands; everything else (``fit``, ``validate``,
+    ``test``, ``predict``, ``--help``) goes to LightningCLI.
+    """
+    words = sys.argv[1:] if argv is None else list(argv)
+    if words and words[0] == "dashboard":
+        from units_lightning.dashboard import main as dashboard_main
+
+        return dashboard_main(words[1:])
+    if words and words[0] == "report":
+        from units_lightning.report import main as report_main
+
+        return report_main(words[1:])
+    cli_main(None if argv is None else words)  # None: LightningCLI reads sys.argv itself

@@ -196,9 +196,9 @@ class UnitsMAML(pl.LightningModule):
 
         Returns:
             dict for callbacks (``on_train_batch_end`` outputs): ``loss``; (T, Q) ``scores`` (task uncertainty
-            of every candidate query set, zeros while the sampler does not use them) and ``chosen`` (bool);
-            (K, M) ``vacuity``, ``dissonance`` and ``correct`` of the K labeled query sets' queries; floats
-            ``lam`` and ``eta``.
+            of every candidate query set, zeros while the sampler does not use them), ``chosen`` (bool) and
+            ``scored`` (bool: whether the sampler used the scores); (K, M) ``vacuity``, ``dissonance``,
+            ``incorrect_belief`` and ``correct`` of the K labeled query sets' queries; floats ``lam`` and ``eta``.
         """
         lam, eta = self.lam(self.schedule_epoch), self.eta(self.schedule_epoch)
         self.inner_eta.fill_(eta)
@@ -209,6 +209,7 @@ class UnitsMAML(pl.LightningModule):
             self.inner_steps,
             create_graph=not self.first_order,
         )
+        scored = self.sampler.needs_scores(self.global_step)
         scores = self.score_query_sets(adapted, batch.query_x, lam)
         chosen = self.sampler.select(scores, self.global_step)
         labels = self.ledger.reveal(batch, chosen)
@@ -220,13 +221,15 @@ class UnitsMAML(pl.LightningModule):
                 f"non-finite meta-loss ({loss.item()}) at step {self.global_step}: lower model.lr, model.inner_lr "
                 f"or the eta peak; checkpoints already written are intact (label ledger: {self.ledger})"
             )
-        queries = self._log_training(loss, logits.detach(), labels, scores, chosen, lam, eta)
+        queries = self._log_training(loss, logits.detach(), labels, scores, chosen, lam)
         return {
             "loss": loss,
             "scores": scores.detach(),
             "chosen": chosen,
+            "scored": scored,
             "vacuity": queries.vacuity,
             "dissonance": queries.dissonance,
+            "incorrect_belief": queries.incorrect,
             "correct": logits.detach().argmax(-1) == labels,
             "lam": lam,
             "eta": eta,
@@ -433,7 +436,7 @@ class UnitsMAML(pl.LightningModule):
     # --- logging and checkpoints ----------------------------------------------------------------------
 
     def _log_training(
-        self, loss: Tensor, logits: Tensor, labels: Tensor, scores: Tensor, chosen: Tensor, lam: float, eta: float
+        self, loss: Tensor, logits: Tensor, labels: Tensor, scores: Tensor, chosen: Tensor, lam: float
     ) -> TaskBeliefs:
         """Log the step's means; return the per-query beliefs of the labeled query sets."""
         queries = query_beliefs(self.loss.evidence(logits), labels)
@@ -456,8 +459,6 @@ class UnitsMAML(pl.LightningModule):
         self.log_dict(values, on_step=True, on_epoch=True, batch_size=num_chosen)
         self.log_dict(
             {
-                "schedule/lambda": lam,
-                "schedule/eta": eta,
                 "labels/query_sets": float(self.ledger.query_sets),
                 "labels/query_images": float(self.ledger.query_images),
                 "labels/support_images": float(self.ledger.support_images),

@@ -1,0 +1,60 @@
+"""Theorem 1 (ib_t >= cb_t / 2 on every task): the margin function and the property on generated tasks."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from units_lightning.belief import query_beliefs
+from units_lightning.callbacks import TheoremOneMonitor, theorem_one_margin
+
+
+def test_margin_closed_forms():
+    # Two equal beliefs with the label on one of them: dissonance 0.8, incorrect belief 0.4: the bound is tight.
+    beliefs = query_beliefs(torch.tensor([[[4.0, 4.0, 0.0]]]), torch.tensor([[0]]))  # e=(4,4,0), S=11
+    torch.testing.assert_close(
+        theorem_one_margin(beliefs.incorrect, beliefs.dissonance), torch.zeros(1), atol=1e-7, rtol=0
+    )
+    # All evidence on the true class: no dissonance, no incorrect belief.
+    beliefs = query_beliefs(torch.tensor([[[9.0, 0.0, 0.0]]]), torch.tensor([[0]]))
+    assert theorem_one_margin(beliefs.incorrect, beliefs.dissonance).item() == 0.0
+    # All evidence on a wrong class: incorrect belief 0.9 and no dissonance.
+    beliefs = query_beliefs(torch.tensor([[[0.0, 27.0, 0.0]]]), torch.tensor([[0]]))
+    torch.testing.assert_close(theorem_one_margin(beliefs.incorrect, beliefs.dissonance), torch.tensor([0.9]))
+
+
+def test_margin_is_per_task_mean():
+    incorrect = torch.tensor([[0.2, 0.4], [0.0, 0.0]])
+    dissonance = torch.tensor([[0.2, 0.2], [0.0, 0.4]])
+    torch.testing.assert_close(theorem_one_margin(incorrect, dissonance), torch.tensor([0.2, -0.1]))
+
+
+def test_margin_needs_matching_task_by_query_tensors():
+    with pytest.raises(ValueError, match="tasks, queries"):
+        theorem_one_margin(torch.zeros(3), torch.zeros(3))
+    with pytest.raises(ValueError, match="atol"):
+        TheoremOneMonitor(atol=-1.0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    evidence=st.lists(
+        st.lists(st.sampled_from([0.0, 1e-6, 0.5, 1.0, 1.0, 3.0, 50.0, 1e6]), min_size=5, max_size=5),
+        min_size=1,
+        max_size=6,
+    ),
+    labels=st.lists(st.integers(0, 4), min_size=6, max_size=6),
+)
+def test_theorem_holds_on_every_generated_task(evidence, labels):
+    evidence = torch.tensor(evidence, dtype=torch.float64).unsqueeze(0)  # one task of M queries
+    labels = torch.tensor(labels[: evidence.shape[1]]).unsqueeze(0)
+    beliefs = query_beliefs(evidence, labels)
+    assert theorem_one_margin(beliefs.incorrect, beliefs.dissonance).item() >= -1e-12
+
+
+def test_theorem_holds_on_random_tasks_in_float32():
+    generator = torch.Generator().manual_seed(0)
+    evidence = torch.nn.functional.softplus(4 * torch.randn(2000, 10, 20, generator=generator))
+    labels = torch.randint(0, 20, (2000, 10), generator=generator)
+    beliefs = query_beliefs(evidence, labels)
+    assert (theorem_one_margin(beliefs.incorrect, beliefs.dissonance) >= -1e-6).all()

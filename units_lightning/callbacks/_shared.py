@@ -1,0 +1,34 @@
+"""Helpers the dashboard callbacks share: reading step outputs and reaching W&B loggers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.loggers import WandbLogger
+
+
+def step_values(outputs: Any, keys: Iterable[str], callback: str) -> Mapping[str, Any]:
+    """The step outputs a callback reads, with a clear error when the module does not return them.
+
+    Raises:
+        TypeError: if ``outputs`` is not a mapping holding every key (the callbacks read ``UnitsMAML``'s step dicts).
+    """
+    missing = [key for key in keys if not isinstance(outputs, Mapping) or key not in outputs]
+    if missing:
+        raise TypeError(
+            f"{callback} reads the step outputs of UnitsMAML, but the step returned no {', '.join(missing)}: "
+            "use it with units_lightning.UnitsMAML (or a subclass that returns the same dict)"
+        )
+    return outputs
+
+
+def wandb_loggers(trainer: pl.Trainer) -> list[WandbLogger]:
+    """The trainer's W&B loggers (there may be other loggers beside them)."""
+    return [logger for logger in trainer.loggers if isinstance(logger, WandbLogger)]
+
+
+def threshold_key(threshold: float) -> str:
+    """``0.2`` -> ``"0p20"``: a threshold as a metric-name suffix without a dot (W&B reads dots as nesting)."""
+    return f"{threshold:.2f}".replace(".", "p")

@@ -1,0 +1,31 @@
+"""``ScheduleMonitor``: log the schedules of lambda and eta as training moves along them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback
+
+from units_lightning.callbacks._shared import step_values
+
+__all__ = ["ScheduleMonitor"]
+
+
+class ScheduleMonitor(Callback):
+    """Log ``schedule/lambda`` (weight of vacuity in the task score) and ``schedule/eta`` (weight of the
+    incorrect-belief regulariser) at every training step, as Lightning's ``LearningRateMonitor`` logs the
+    learning rate. The values are the ones the step used, read from the step outputs of ``UnitsMAML``.
+
+    Works with any logger (the values go through ``LightningModule.log``, subject to ``log_every_n_steps``).
+    """
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        values = step_values(outputs, ("lam", "eta"), type(self).__name__)
+        pl_module.log_dict(
+            {"schedule/lambda": float(values["lam"]), "schedule/eta": float(values["eta"])},
+            on_step=True,
+            on_epoch=False,
+        )

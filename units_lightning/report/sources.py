@@ -1,0 +1,125 @@
+"""Read a run's logged rows back from whatever logger wrote them: an offline W&B run, CSV or TensorBoard."""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from units_lightning.wandb_offline import read_history
+
+__all__ = ["RunLog", "find_log", "read_log"]
+
+
+@dataclass
+class RunLog:
+    """A run's logged rows, each a dict of key -> value with ``step`` (global step) and, where logged, ``epoch``.
+
+    Attributes:
+        source: ``"wandb"``, ``"csv"`` or ``"tensorboard"``.
+        path: the file or folder read.
+        rows: one dict per logging call (CSV, W&B) or per step (TensorBoard), in order.
+    """
+
+    source: str
+    path: Path
+    rows: list[dict[str, Any]]
+
+    @property
+    def keys(self) -> set[str]:
+        return set().union(*self.rows) if self.rows else set()
+
+
+def _newest(paths: list[Path]) -> Path:
+    return max(paths, key=lambda p: (p.stat().st_mtime, str(p)))
+
+
+def find_log(run_dir: str | Path) -> tuple[str, Path]:
+    """Which log to read in ``run_dir``: an offline W&B run, else a ``metrics.csv``, else TensorBoard events.
+
+    ``run_dir`` may be the log itself, the folder of one run, or a folder above (e.g. a config's
+    ``default_root_dir``): the newest log of the first kind found is used.
+
+    Raises:
+        FileNotFoundError: if ``run_dir`` does not exist or holds no log of any kind.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.exists():
+        raise FileNotFoundError(f"{run_dir} does not exist")
+    if run_dir.is_file():
+        if run_dir.name.endswith(".wandb"):
+            return "wandb", run_dir.parent
+        if run_dir.suffix == ".csv":
+            return "csv", run_dir
+        if "tfevents" in run_dir.name:
+            return "tensorboard", run_dir
+        raise FileNotFoundError(f"{run_dir} is not a W&B run file, a CSV file or a TensorBoard event file")
+    wandb_runs = [p.parent for p in run_dir.rglob("run-*.wandb") if not p.parent.is_symlink()]
+    if wandb_runs:
+        return "wandb", _newest(wandb_runs)
+    csv_files = list(run_dir.rglob("metrics.csv"))
+    if csv_files:
+        return "csv", _newest(csv_files)
+    event_files = list(run_dir.rglob("events.out.tfevents.*"))
+    if event_files:
+        return "tensorboard", _newest(event_files)
+    raise FileNotFoundError(
+        f"no logs in {run_dir}: looked for an offline W&B run (offline-run-*/run-*.wandb), a CSVLogger "
+        "metrics.csv and TensorBoard events.out.tfevents.* files, in the folder and below it"
+    )
+
+
+def read_log(run_dir: str | Path) -> RunLog:
+    """Find the log in ``run_dir`` (see ``find_log``) and read its rows."""
+    source, path = find_log(run_dir)
+    reader = {"wandb": _read_wandb, "csv": _read_csv, "tensorboard": _read_tensorboard}[source]
+    return RunLog(source, path, reader(path))
+
+
+def _read_wandb(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    for row in read_history(path):
+        if "trainer/global_step" in row:
+            row["step"] = row["trainer/global_step"]
+        rows.append(row)
+    return rows
+
+
+def _number(text: str) -> float | None:
+    if text == "":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _read_csv(path: Path) -> list[dict[str, Any]]:
+    with path.open(newline="") as handle:
+        return [
+            {key: value for key, text in row.items() if key and (value := _number(text)) is not None}
+            for row in csv.DictReader(handle)
+        ]
+
+
+def _read_tensorboard(path: Path) -> list[dict[str, Any]]:
+    try:
+        from tensorboard.backend.event_processing import event_accumulator
+    except ImportError as error:
+        raise ImportError(
+            f"{path} is a TensorBoard log, and reading it needs the tensorboard package: pip install tensorboard"
+        ) from error
+    accumulator = event_accumulator.EventAccumulator(str(path), size_guidance={event_accumulator.SCALARS: 0})
+    accumulator.Reload()
+    by_step: dict[int, dict[str, Any]] = {}
+    for tag in accumulator.Tags()["scalars"]:
+        for event in accumulator.Scalars(tag):
+            by_step.setdefault(event.step, {"step": event.step})[tag] = float(event.value)
+    return [by_step[step] for step in sorted(by_step)]
+
+
+def finite(value: Any) -> bool:
+    """Whether a logged value is a finite number (NaN marks "nothing to measure", e.g. no query that sure)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
