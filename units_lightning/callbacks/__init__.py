@@ -14,12 +14,7 @@ from units_lightning.callbacks.save_config import SaveRunConfig
 from units_lightning.callbacks.schedule_monitor import ScheduleMonitor
 from units_lightning.callbacks.selection_monitor import SelectionMonitor
 from units_lightning.callbacks.theorem_one import TheoremOneMonitor, theorem_one_margin
-from units_lightning.callbacks.uncertainty_curves import (
-    DEFAULT_VACUITY_THRESHOLDS,
-    UncertaintyCurves,
-    vacuity_threshold_counts,
-    vacuity_threshold_curve,
-)
+from units_lightning.callbacks.uncertainty_curves import DEFAULT_VACUITY_THRESHOLDS, UncertaintyCurves
 
 __all__ = [
     "DEFAULT_VACUITY_THRESHOLDS",
@@ -30,8 +25,6 @@ __all__ = [
     "UncertaintyCurves",
     "dashboard_callbacks",
     "theorem_one_margin",
-    "vacuity_threshold_counts",
-    "vacuity_threshold_curve",
 ]
 
 

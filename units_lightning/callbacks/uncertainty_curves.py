@@ -11,62 +11,11 @@ from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
 from units_lightning.callbacks._shared import step_values, threshold_key
+from units_lightning.metrics.functional import counts_to_curve, threshold_counts
 
-__all__ = ["DEFAULT_VACUITY_THRESHOLDS", "UncertaintyCurves", "vacuity_threshold_counts", "vacuity_threshold_curve"]
+__all__ = ["DEFAULT_VACUITY_THRESHOLDS", "UncertaintyCurves"]
 
 DEFAULT_VACUITY_THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
-
-
-def vacuity_threshold_counts(vacuity: Tensor, correct: Tensor, thresholds: Tensor) -> tuple[Tensor, Tensor]:
-    """How many queries each vacuity threshold keeps, and how many of those are predicted correctly.
-
-    A query is kept at threshold ``t`` when its vacuity is below ``t`` (the paper's "vacuity < 0.2").
-    Counts add up over batches and ranks, so the curve can be built from sums.
-
-    Args:
-        vacuity: (...) vacuity of each query, in (0, 1].
-        correct: (...) bool, whether each query's prediction is right.
-        thresholds: (K,) vacuity thresholds.
-
-    Returns:
-        (K,) kept and (K,) kept-and-correct counts, int64.
-
-    Example:
-        >>> vacuity_threshold_counts(torch.tensor([0.1, 0.3, 0.6]), torch.tensor([True, False, True]),
-        ...                          torch.tensor([0.2, 0.5, 1.0]))
-        (tensor([1, 2, 3]), tensor([1, 1, 2]))
-    """
-    if vacuity.shape != correct.shape:
-        raise ValueError(f"vacuity {tuple(vacuity.shape)} and correct {tuple(correct.shape)} differ in shape")
-    kept = vacuity.reshape(1, -1) < thresholds.reshape(-1, 1).to(vacuity)  # (K, queries)
-    return kept.sum(dim=1), (kept & correct.reshape(1, -1)).sum(dim=1)
-
-
-def vacuity_threshold_curve(vacuity: Tensor, correct: Tensor, thresholds: Tensor) -> tuple[Tensor, Tensor]:
-    """Accuracy of the queries whose vacuity is below each threshold, and the fraction of queries kept.
-
-    Args:
-        vacuity: (...) vacuity of each query, in (0, 1].
-        correct: (...) bool, whether each query's prediction is right.
-        thresholds: (K,) vacuity thresholds.
-
-    Returns:
-        (K,) accuracy (NaN where a threshold keeps no query) and (K,) coverage in [0, 1], float64.
-
-    Example:
-        >>> vacuity, correct = torch.tensor([0.1, 0.3, 0.6, 0.9]), torch.tensor([True, True, False, False])
-        >>> accuracy, coverage = vacuity_threshold_curve(vacuity, correct, torch.tensor([0.05, 0.5, 1.0]))
-        >>> accuracy.tolist(), coverage.tolist()
-        ([nan, 1.0, 0.5], [0.0, 0.5, 1.0])
-    """
-    kept, kept_correct = vacuity_threshold_counts(vacuity, correct, thresholds)
-    return _curve(kept.double(), kept_correct.double(), float(vacuity.numel()))
-
-
-def _curve(kept: Tensor, kept_correct: Tensor, total: float) -> tuple[Tensor, Tensor]:
-    accuracy = torch.where(kept > 0, kept_correct / kept.clamp_min(1), torch.nan)
-    coverage = kept / total if total > 0 else torch.zeros_like(kept)
-    return accuracy, coverage
 
 
 class UncertaintyCurves(Callback):
@@ -111,7 +60,7 @@ class UncertaintyCurves(Callback):
             return
         values = step_values(outputs, ("vacuity", "correct"), type(self).__name__)
         vacuity, correct = values["vacuity"].detach(), values["correct"].detach()
-        kept, kept_correct = vacuity_threshold_counts(vacuity, correct, torch.tensor(self.thresholds))
+        kept, kept_correct = threshold_counts(correct, vacuity, torch.tensor(self.thresholds))
         self._counts += torch.cat([kept.cpu(), kept_correct.cpu(), torch.tensor([vacuity.numel()])]).double()
 
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -122,7 +71,7 @@ class UncertaintyCurves(Callback):
         total = float(counts[-1])
         if total == 0:
             return
-        accuracy, coverage = _curve(counts[:size], counts[size : 2 * size], total)
+        accuracy, coverage = counts_to_curve(counts[:size], counts[size : 2 * size], counts[-1])
         metrics = {}
         for threshold, acc, cov in zip(self.thresholds, accuracy.tolist(), coverage.tolist(), strict=True):
             metrics[f"val_curve/acc_at_vacuity_{threshold_key(threshold)}"] = acc

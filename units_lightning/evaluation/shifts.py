@@ -18,6 +18,7 @@ from torchvision.transforms.v2 import InterpolationMode
 from torchvision.transforms.v2 import functional as TF
 
 from units_lightning.data.images import FewShotImages
+from units_lightning.data.ood import load_ood
 
 __all__ = ["ForeignQueries", "QueryShift", "Rotation", "Scale", "match_image_shape"]
 
@@ -195,12 +196,6 @@ class ForeignQueries(QueryShift):
     def source(self, name: str, image_shape: Sequence[int]) -> FewShotImages:
         """The foreign collection ``name``, loaded on first use."""
         if name not in self._images:
-            try:
-                from units_lightning.data.ood import load_ood
-            except ImportError as error:  # pragma: no cover - depends on the installed version
-                raise ImportError(
-                    "loading OOD datasets by name needs units_lightning.data.ood; pass images={name: ...} instead"
-                ) from error
             self._images[name] = load_ood(name, self.root, image_shape=tuple(image_shape), cache_dir=self.cache_dir)
         return self._images[name]
 

@@ -112,6 +112,8 @@ def threshold_counts(correct: Tensor, uncertainty: Tensor, thresholds: Tensor) -
     Returns:
         (kept, kept_correct), both (K,) int64.
     """
+    if correct.shape != uncertainty.shape:
+        raise ValueError(f"correct {tuple(correct.shape)} and uncertainty {tuple(uncertainty.shape)} differ in shape")
     below = uncertainty.reshape(1, -1) < thresholds.reshape(-1, 1).to(uncertainty)
     kept = below.sum(dim=1)
     kept_correct = (below & correct.reshape(1, -1).bool()).sum(dim=1)
