@@ -193,8 +193,7 @@ def run(args: argparse.Namespace) -> list[dict]:
             row["memory"][engine] = memory
             row["ml_over_nts"][engine] = ml / nts
             print(
-                f"{shape.name:24s} {engine:16s} {shape.meta_batch / nts:8.1f} tasks/s  "
-                f"Units-ML/NTS {ml / nts:5.2f}",
+                f"{shape.name:24s} {engine:16s} {shape.meta_batch / nts:8.1f} tasks/s  Units-ML/NTS {ml / nts:5.2f}",
                 file=sys.stderr,
                 flush=True,
             )
@@ -220,7 +219,8 @@ def table(rows: list[dict], engines: list[str]) -> str:
         lines += ["|---|---|---|---|---|"]
         for r in rows:
             lines += [
-                f"| {r['shape'].name} | {c} | {t:.1f} | {a:.1e} | {b:.1e} |" for c, (t, a, b) in r.get("capture", {}).items()
+                f"| {r['shape'].name} | {c} | {t:.1f} | {a:.1e} | {b:.1e} |"
+                for c, (t, a, b) in r.get("capture", {}).items()
             ]
     return "\n".join(lines)
 

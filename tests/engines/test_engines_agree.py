@@ -157,7 +157,9 @@ def test_cuda_graph_capture_matches_eager_on_gpu():
         torch.manual_seed(0)
         net = ConvNet((2, 8, 8), WAYS, filters=3, blocks=2, bn_steps=STEPS + 1).cuda()
         engine = BatchedEngine(net, 0.3, "per_layer_per_step", STEPS, capture=capture).cuda()
-        support_x, support_y, query_x, query_y = (t.cuda().float() if t.is_floating_point() else t.cuda() for t in episode())
+        support_x, support_y, query_x, query_y = (
+            t.cuda().float() if t.is_floating_point() else t.cuda() for t in episode()
+        )
         # float32 with TF32 off: a tolerance for rounding, far below what a missing term would change
         for _ in range(2):  # the second call replays the captured graphs
             adapted = engine.adapt(support_x, support_y, LOSS, STEPS, create_graph=True)

@@ -8,7 +8,6 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
-from torch import Tensor
 
 from units_lightning.callbacks._shared import step_values, threshold_key
 from units_lightning.metrics.functional import counts_to_curve, threshold_counts

@@ -140,7 +140,8 @@ def decode_files(files: Sequence[ImageFile], image_shape: tuple[int, int, int], 
             chunk = files[start : start + _DECODE_CHUNK]
             data = [read_image_bytes(file, fix) for file in chunk]
             decoded = pool.map(
-                lambda item: decode_image(item[0], item[1].location, image_shape, resample, fix), zip(data, chunk)
+                lambda item: decode_image(item[0], item[1].location, image_shape, resample, fix),
+                zip(data, chunk, strict=True),
             )
             for offset, array in enumerate(decoded):
                 pixels[start + offset] = array

@@ -13,9 +13,7 @@ from units_lightning.data.split_layout import SPLIT_NAMES
 DEFAULT_SPLIT_RATIOS = (0.64, 0.16, 0.2)  # CIFAR-FS's and mini-ImageNet's 64 / 16 / 20 classes of 100
 
 
-def load_image_folder(
-    root: str | Path, image_shape: Sequence[int], cache_dir: str | Path | None = None
-) -> ClassImages:
+def load_image_folder(root: str | Path, image_shape: Sequence[int], cache_dir: str | Path | None = None) -> ClassImages:
     """All images of ``root/<class>/<image>`` (or of a zip of that layout), decoded once and cached.
 
     Args:

@@ -74,9 +74,7 @@ def check_csv_classes(split: str, class_names: Sequence[str], csv_file: Path) ->
         )
 
 
-def load_csv_release(
-    root: Path, split: str, image_shape: Sequence[int], cache_dir: str | Path | None
-) -> ClassImages:
+def load_csv_release(root: Path, split: str, image_shape: Sequence[int], cache_dir: str | Path | None) -> ClassImages:
     """One split of the original release: ``root/images/<file>`` listed by ``root/<split>.csv``.
 
     Raises:

@@ -67,4 +67,3 @@ def write_cache(path: Path, key: str, payload: dict[str, Any], what: str) -> Non
             "Pass a writable cache_dir or set UNITS_LIGHTNING_CACHE.",
             stacklevel=3,
         )
-

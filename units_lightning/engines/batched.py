@@ -143,7 +143,9 @@ class BatchedEngine(nn.Module):
             fast = slow
             for step in range(steps):
                 task_loss = loss(self._forward(fast, x, step), y)
-                grads = torch.autograd.grad(task_loss, list(fast.values()), create_graph=create_graph, allow_unused=True)
+                grads = torch.autograd.grad(
+                    task_loss, list(fast.values()), create_graph=create_graph, allow_unused=True
+                )
                 fast = {
                     name: w if g is None else w - self.inner_lr(name, step) * g
                     for (name, w), g in zip(fast.items(), grads, strict=True)

@@ -6,10 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 from torch.func import functional_call
-
-from lightning.pytorch.utilities import rank_zero_warn
 
 from units_lightning.engines.base import InnerLoss
 

@@ -35,9 +35,7 @@ class InnerLearningRates(nn.Module):
         (torch.Size([]), True)
     """
 
-    def __init__(
-        self, parameters: dict[str, Tensor], init: float = 0.1, mode: InnerLRMode = "fixed", steps: int = 1
-    ):
+    def __init__(self, parameters: dict[str, Tensor], init: float = 0.1, mode: InnerLRMode = "fixed", steps: int = 1):
         super().__init__()
         if mode not in ("fixed", "per_layer_per_step", "per_parameter"):
             raise ValueError(f"inner_lr_mode must be 'fixed', 'per_layer_per_step' or 'per_parameter', got {mode!r}")

@@ -72,7 +72,10 @@ class Learn2LearnEngine(nn.Module):
     def predict_sets(self, adapted: list[nn.Module], query_x: Tensor) -> Tensor:
         step = adapted[0].adapted_steps
         return torch.stack(
-            [torch.stack([self._forward(net, x, step) for x in sets]) for net, sets in zip(adapted, query_x, strict=True)]
+            [
+                torch.stack([self._forward(net, x, step) for x in sets])
+                for net, sets in zip(adapted, query_x, strict=True)
+            ]
         )
 
     def _adapt_task(self, x: Tensor, y: Tensor, loss: InnerLoss, steps: int, create_graph: bool) -> nn.Module:
