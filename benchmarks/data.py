@@ -88,7 +88,7 @@ def step_rate(data: EpisodicDataModule, model_args: dict, steps: int) -> float:
     for step in range(steps + 1):
         batch = next(loader)
         start = time.perf_counter()
-        loss = model.training_step(batch, step)
+        loss = model.training_step(batch, step)["loss"]
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()

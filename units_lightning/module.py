@@ -62,7 +62,7 @@ class UnitsMAML(pl.LightningModule):
             reference) or "auto" (batched). Both compute the same meta-gradients (tests/engines).
         chunk_size: tasks the batched engine vectorises at once (None: all); bounds evaluation memory.
         capture: speed-up of the batched engine's training steps: "auto" (CUDA graphs on a single GPU, else
-            none), "none", "cuda_graph" (replay the inner loop as CUDA graphs: the same kernels, up to 4x
+            none), "none", "cuda_graph" (replay the inner loop as CUDA graphs: the same kernels, up to 5x
             faster on a GPU) or "compile" (experimental); see ``BatchedEngine`` and docs/PERFORMANCE.md.
         score_precision: "float32" or "bfloat16" (autocast on CUDA) for scoring candidate query sets: a
             cheaper selection pass when query sets are large; it may reorder near-tied candidates.

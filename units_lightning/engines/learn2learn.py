@@ -51,7 +51,8 @@ class Learn2LearnEngine(nn.Module):
         self, model: nn.Module, inner_lr: float = 0.1, inner_lr_mode: InnerLRMode = "fixed", inner_steps: int = 1
     ):
         super().__init__()
-        self._l2l = import_learn2learn()
+        l2l = import_learn2learn()
+        self._clone_module, self._update_module = l2l.clone_module, l2l.update_module  # functions deep-copy; modules not
         self.model = model
         self.inner_lr = InnerLearningRates(inner_loop_parameters(model), inner_lr, inner_lr_mode, inner_steps)
         self._step_kwarg = accepts_step(model)
@@ -79,7 +80,7 @@ class Learn2LearnEngine(nn.Module):
         )
 
     def _adapt_task(self, x: Tensor, y: Tensor, loss: InnerLoss, steps: int, create_graph: bool) -> nn.Module:
-        learner = self._l2l.clone_module(self.model)
+        learner = self._clone_module(self.model)
         names = list(dict(learner.named_parameters()))
         adaptable = set(inner_loop_parameters(learner))
         for step in range(steps):
@@ -87,7 +88,7 @@ class Learn2LearnEngine(nn.Module):
             task_loss = loss(self._forward(learner, x, step), y)
             grads = iter(torch.autograd.grad(task_loss, weights, create_graph=create_graph, allow_unused=True))
             updates = [_update(self.inner_lr(n, step), next(grads)) if n in adaptable else None for n in names]
-            self._l2l.update_module(learner, updates=updates)
+            self._update_module(learner, updates=updates)
         learner.adapted_steps = steps
         return learner
 
