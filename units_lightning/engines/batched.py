@@ -129,32 +129,28 @@ class BatchedEngine(nn.Module):
         steps: int,
         create_graph: bool,
     ) -> dict[str, Tensor]:
-        def adapt_task(x: Tensor, y: Tensor) -> dict[str, Tensor]:
-            fast = slow
-            for step in range(steps):
-                grads = grad(lambda w, s=step: loss(self._forward(w, x, s), y))(fast)
-                if not create_graph:
-                    grads = {name: g.detach() for name, g in grads.items()}
-                fast = {name: w - self.inner_lr(name, step) * grads[name] for name, w in fast.items()}
-            return fast
+        def vectorised_gradients(fast: dict[str, Tensor], x: Tensor, y: Tensor, step: int) -> dict[str, Tensor]:
+            grads = grad(lambda w: loss(self._forward(w, x, step), y))(fast)
+            return grads if create_graph else {name: g.detach() for name, g in grads.items()}
 
-        def adapt_task_eagerly(x: Tensor, y: Tensor) -> dict[str, Tensor]:
-            # Unvectorised, plain autograd does the same as ``grad`` with less Python work per step.
+        def eager_gradients(fast: dict[str, Tensor], x: Tensor, y: Tensor, step: int) -> dict[str, Tensor]:
+            # Unvectorised, plain autograd computes the same as ``grad`` with less Python work per step.
+            task_loss = loss(self._forward(fast, x, step), y)
+            grads = torch.autograd.grad(
+                task_loss, list(fast.values()), create_graph=create_graph, allow_unused=True, materialize_grads=True
+            )
+            return dict(zip(fast, grads, strict=True))
+
+        def adapt_task(x: Tensor, y: Tensor, gradients=vectorised_gradients) -> dict[str, Tensor]:
             fast = slow
             for step in range(steps):
-                task_loss = loss(self._forward(fast, x, step), y)
-                grads = torch.autograd.grad(
-                    task_loss, list(fast.values()), create_graph=create_graph, allow_unused=True
-                )
-                fast = {
-                    name: w if g is None else w - self.inner_lr(name, step) * g
-                    for (name, w), g in zip(fast.items(), grads, strict=True)
-                }
+                grads = gradients(fast, x, y, step)
+                fast = {name: w - self.inner_lr(name, step) * grads[name] for name, w in fast.items()}
             return fast
 
         if self._vectorized(support_x):
             return vmap(adapt_task, chunk_size=self.chunk_size)(support_x, support_y)
-        return _stack([adapt_task_eagerly(x, y) for x, y in zip(support_x, support_y, strict=True)])
+        return _stack([adapt_task(x, y, eager_gradients) for x, y in zip(support_x, support_y, strict=True)])
 
     def _predict_all(self, fast: dict[str, Tensor], query_x: Tensor, task_index: Tensor, steps: int) -> Tensor:
         if not self._vectorized(query_x):

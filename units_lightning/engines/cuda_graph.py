@@ -40,6 +40,7 @@ class GraphedInnerLoop:
         self.engine = engine
         self.max_graphs = max_graphs
         self._graphs: dict[tuple, Callable[..., Any]] = {}
+        self._warned = False
 
     def __call__(self, support_x: Tensor, support_y: Tensor, loss: InnerLoss, steps: int, create_graph: bool):
         names, params = zip(*self.engine.named_parameters(), strict=True)
@@ -55,13 +56,13 @@ class GraphedInnerLoop:
         )
         graphed = self._graphs.get(key)
         if graphed is None and len(self._graphs) >= self.max_graphs:
-            if len(self._graphs) == self.max_graphs:
+            if not self._warned:
                 rank_zero_warn(
                     f"the inner loop was captured for {self.max_graphs} input shapes already; new shapes run "
                     "eagerly (keep the meta-batch shape fixed, or set model.capture=none)"
                 )
-                self._graphs[None] = None
-            return self.functional(names, loss, steps, create_graph)(support_x, support_y, *params)
+                self._warned = True
+            return self.engine(support_x, support_y, loss, steps, create_graph)
         if graphed is None:
             graphed = torch.cuda.make_graphed_callables(
                 self.functional(names, loss, steps, create_graph),

@@ -52,7 +52,8 @@ class Learn2LearnEngine(nn.Module):
     ):
         super().__init__()
         l2l = import_learn2learn()
-        self._clone_module, self._update_module = l2l.clone_module, l2l.update_module  # functions deep-copy; modules not
+        # Keep the functions, not the module object: a module object cannot be deep-copied or pickled.
+        self._clone_module, self._update_module = l2l.clone_module, l2l.update_module
         self.model = model
         self.inner_lr = InnerLearningRates(inner_loop_parameters(model), inner_lr, inner_lr_mode, inner_steps)
         self._step_kwarg = accepts_step(model)
