@@ -82,7 +82,9 @@ def random_batch(shape: Shape, query_sets: int, device: torch.device, seed: int 
     )
 
 
-def build(shape: Shape, engine: str, device: torch.device, capture: str = "none") -> UnitsMAML:
+def build(
+    shape: Shape, engine: str, device: torch.device, capture: str = "none", score_precision: str = "float32"
+) -> UnitsMAML:
     torch.manual_seed(0)
     model = UnitsMAML(
         n_way=shape.n_way,
@@ -93,6 +95,7 @@ def build(shape: Shape, engine: str, device: torch.device, capture: str = "none"
         per_step_bn=True,
         engine=engine,
         capture=capture,
+        score_precision=score_precision,
         inner_steps=5,
     ).to(device)
     model.sampler = RandomSampler(shape.meta_batch)
@@ -176,8 +179,7 @@ def run(args: argparse.Namespace) -> list[dict]:
             kind, _, capture = engine.partition("+")
             baseline = release(device)
             # One model per engine (a captured one captures once); the sampler decides NTS or Units-ML.
-            model = build(shape, kind, device, capture or "none")
-            model.score_precision = args.score_precision
+            model = build(shape, kind, device, capture or "none", args.score_precision)
             nts_batch = random_batch(shape, 1, device)
             start = time.perf_counter()
             step(model, nts_batch, torch.optim.Adam(model.parameters(), lr=1e-3))

@@ -1,11 +1,8 @@
 """Two-process data-parallel training on the CPU (gloo): ranks draw their own tasks, the ledger counts all."""
 
-import json
-import subprocess
-import sys
 import textwrap
 
-from tiny_setup import REPO
+from tiny_setup import run_two_rank_script
 
 SCRIPT = textwrap.dedent("""
     import json, sys
@@ -27,20 +24,14 @@ SCRIPT = textwrap.dedent("""
                          enable_progress_bar=False, enable_model_summary=False, inference_mode=False,
                          callbacks=[Record()])
     trainer.fit(model, tiny_data(MultiQuerySampler(tasks=2, query_sets=2)))
-    # One file per rank: lines printed by two processes to one pipe can interleave.
-    with open(f"result-{{trainer.global_rank}}.json", "w") as out:
+    with open(f"result_{{trainer.global_rank}}.json", "w") as out:
         json.dump({{"rank": trainer.global_rank, "steps": trainer.global_step, "ledger": model.ledger.state_dict(),
                    "classes": Record.classes, "val_acc": float(trainer.callback_metrics["val/acc"])}}, out)
 """)
 
 
 def test_ddp_ranks_draw_different_tasks_and_share_one_label_budget(tmp_path):
-    script = tmp_path / "ddp_fit.py"
-    script.write_text(SCRIPT.format(tests=str(REPO / "tests")))
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = {r["rank"]: r for r in (json.loads(path.read_text()) for path in tmp_path.glob("result-*.json"))}
-    assert set(results) == {0, 1}
+    results = run_two_rank_script(tmp_path, SCRIPT)
     # Each step labels 2 query sets per rank: 4 in all, so the budget of 10 ends training after 3 steps.
     for result in results.values():
         assert result["steps"] == 3

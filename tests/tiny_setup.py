@@ -1,6 +1,9 @@
 """Small building blocks shared by the tests (importable because pytest puts tests/ on the path)."""
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -53,3 +56,18 @@ def tiny_trainer(tmp_path: Path, **kwargs) -> pl.Trainer:
     )
     options.update(kwargs)
     return pl.Trainer(**options)
+
+
+def run_two_rank_script(tmp_path: Path, script: str) -> dict[int, dict]:
+    """Run a two-process DDP script (``{tests}`` is replaced by this folder) and read each rank's result.
+
+    Each rank writes ``result_<rank>.json`` in the working folder: lines that two processes print to one pipe
+    can interleave.
+    """
+    path = tmp_path / "ddp_script.py"
+    path.write_text(script.format(tests=str(REPO / "tests")))
+    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = {r["rank"]: r for r in (json.loads(p.read_text()) for p in tmp_path.glob("result_*.json"))}
+    assert set(results) == {0, 1}
+    return results

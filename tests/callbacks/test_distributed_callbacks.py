@@ -1,12 +1,9 @@
 """The dashboard callbacks under two-process data-parallel training (gloo): global values, the same on both ranks."""
 
-import json
 import math
-import subprocess
-import sys
 import textwrap
 
-from tiny_setup import REPO
+from tiny_setup import run_two_rank_script
 
 SCRIPT = textwrap.dedent("""
     import json, sys
@@ -29,19 +26,13 @@ SCRIPT = textwrap.dedent("""
                          callbacks=[Record(), *dashboard_callbacks()])
     trainer.fit(tiny_model(), tiny_data(MultiQuerySampler(tasks=2, query_sets=3), eval_batch_tasks=2))
     metrics = {{k: float(v) for k, v in trainer.callback_metrics.items()}}
-    # One file per rank: lines the two ranks print at once can interleave.
     with open(f"result_{{trainer.global_rank}}.json", "w") as handle:
         json.dump({{"rank": trainer.global_rank, "metrics": metrics, "chosen": Record.chosen}}, handle)
 """)
 
 
 def test_callbacks_log_global_values_on_every_rank(tmp_path):
-    script = tmp_path / "ddp_dashboard.py"
-    script.write_text(SCRIPT.format(tests=str(REPO / "tests")))
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = {r["rank"]: r for r in (json.loads(path.read_text()) for path in tmp_path.glob("result_*.json"))}
-    assert set(results) == {0, 1}
+    results = run_two_rank_script(tmp_path, SCRIPT)
     keys = [k for k in results[0]["metrics"] if k.startswith(("selection/slot_win", "val_curve/", "label_budget/"))]
     keys += [f"{stage}/theorem1_holds" for stage in ("train", "val")]
     for key in keys:
