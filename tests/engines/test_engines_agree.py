@@ -1,5 +1,6 @@
 """Both engines compute the same meta-gradients and task scores, in float64, for every option combination."""
 
+import copy
 import itertools
 from functools import partial
 
@@ -147,6 +148,14 @@ def test_graphed_inner_loop_function_equals_eager_adapt():
             reference = grads
     for a, b in zip(grads, reference, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
+
+
+def test_copies_of_an_engine_do_not_share_its_captured_graphs():
+    engine = make_engine("batched", "fixed", False)
+    engine._graphed._graphs["captured"] = object()  # stands for a graph captured on the original's parameters
+    twin = copy.deepcopy(engine)
+    assert twin._graphed.engine is twin and twin._graphed._graphs == {}
+    assert "captured" in engine._graphed._graphs
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")

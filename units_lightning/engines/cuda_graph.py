@@ -42,6 +42,11 @@ class GraphedInnerLoop:
         self._graphs: dict[tuple, Callable[..., Any]] = {}
         self._warned = False
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Captured graphs belong to this engine's parameters and memory: a copy (an ensemble member, a pickled
+        # model) starts without them and captures its own.
+        return {**self.__dict__, "_graphs": {}, "_warned": False}
+
     def __call__(self, support_x: Tensor, support_y: Tensor, loss: InnerLoss, steps: int, create_graph: bool):
         names, params = zip(*self.engine.named_parameters(), strict=True)
         key = (
