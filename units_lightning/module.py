@@ -144,8 +144,8 @@ class UnitsMAML(pl.LightningModule):
         if score_precision not in ("float32", "bfloat16"):
             raise ValueError(f"score_precision must be 'float32' or 'bfloat16', got {score_precision!r}")
         self.score_precision = score_precision
-        # The training inner loop reads eta from this buffer: one loss object and one storage for the whole
-        # run, so that captured or compiled inner loops see each step's value without being rebuilt.
+        # The inner loop reads eta from this buffer: one loss object and one storage for the whole run, so that
+        # captured or compiled inner loops see each step's value without being rebuilt.
         self.register_buffer("inner_eta", torch.zeros(()), persistent=False)
         self._inner_loss = _InnerLoss(self)
         metrics = metrics if metrics is not None else UncertaintyMetrics()
@@ -363,17 +363,17 @@ class UnitsMAML(pl.LightningModule):
         Returns:
             one (T, M_i, N) logits tensor per query set, detached.
         """
-        eta = self.eta(self.schedule_epoch)
         engines = [member.to(self.device) for member in self.ensemble_members] or [self.engine]
         total: list[Tensor] = []
         with torch.inference_mode(False), torch.enable_grad():
             # Tensors made under inference mode cannot enter autograd: copy them out of it.
             support_x, support_y = support_x.clone(), support_y.clone()
+            self.inner_eta.fill_(self.eta(self.schedule_epoch))
             # Sets of one shape go through the engine together (each set is still normalised on its own).
             stacked = torch.stack(list(query_sets), dim=1) if len({q.shape for q in query_sets}) == 1 else None
             for engine in engines:
                 adapted = engine.adapt(
-                    support_x, support_y, partial(self.loss, eta=eta), self.eval_inner_steps, create_graph=False
+                    support_x, support_y, self._inner_loss, self.eval_inner_steps, create_graph=False
                 )
                 if stacked is not None:
                     logits = list(engine.predict_sets(adapted, stacked).detach().unbind(1))
@@ -477,7 +477,7 @@ class UnitsMAML(pl.LightningModule):
 
 
 class _InnerLoss:
-    """``loss(logits, labels)`` of the training inner loop, with eta read from ``module.inner_eta``."""
+    """``loss(logits, labels)`` of the inner loop, with eta read from ``module.inner_eta``."""
 
     def __init__(self, module: UnitsMAML):
         self._module = [module]  # a list, so that the module does not register itself as its own child
