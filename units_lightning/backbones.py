@@ -34,9 +34,11 @@ class BatchNorm(nn.Module):
         weight, bias = self.weight, self.bias
         if self.steps > 1:
             weight, bias = weight[min(step, self.steps - 1)], bias[min(step, self.steps - 1)]
-        mean = x.mean(dim=(0, 2, 3), keepdim=True)
-        var = x.var(dim=(0, 2, 3), unbiased=False, keepdim=True)
-        return (x - mean) * torch.rsqrt(var + self.eps) * weight.view(1, -1, 1, 1) + bias.view(1, -1, 1, 1)
+        # (x - mean) / sqrt(var + eps) * weight + bias as x * scale + shift: one statistics pass and one fused
+        # multiply-add over the activations instead of four elementwise passes (and less saved for backward).
+        var, mean = torch.var_mean(x, dim=(0, 2, 3), unbiased=False, keepdim=True)
+        scale = torch.rsqrt(var + self.eps) * weight.view(1, -1, 1, 1)
+        return torch.addcmul(bias.view(1, -1, 1, 1) - mean * scale, x, scale)
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[-1]}, steps={self.steps}, eps={self.eps}"
@@ -44,6 +46,9 @@ class BatchNorm(nn.Module):
 
 class ConvNet(nn.Module):
     """``blocks`` x [conv 3x3 (pad 1, Xavier) -> batch norm -> leaky ReLU -> max-pool 2] -> linear.
+
+    The forward pass pools before the activation: a non-decreasing activation commutes with max-pooling, so
+    the outputs and gradients are exactly those of the order above, on a quarter of the elements.
 
     Batch norm is transductive (``BatchNorm``), so training, scoring and evaluation behave the same and
     no buffers are shared between adapted copies. With ``bn_steps > 1`` every batch norm holds one
@@ -90,5 +95,5 @@ class ConvNet(nn.Module):
 
     def forward(self, x: Tensor, step: int = 0) -> Tensor:
         for conv, norm in zip(self.convs, self.norms, strict=True):
-            x = self.pool(self.activation(norm(conv(x), step)))
+            x = self.activation(self.pool(norm(conv(x), step)))
         return self.classifier(x.flatten(1))

@@ -150,11 +150,13 @@ def test_graphed_inner_loop_function_equals_eager_adapt():
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
 
 
-def test_copies_of_an_engine_do_not_share_its_captured_graphs():
+def test_copies_of_an_engine_do_not_share_its_graphs_or_compiled_scoring():
     engine = make_engine("batched", "fixed", False)
     engine._graphed._graphs["captured"] = object()  # stands for a graph captured on the original's parameters
+    engine._compiled_scoring = lambda *args: None  # and for its compiled scoring function
     twin = copy.deepcopy(engine)
     assert twin._graphed.engine is twin and twin._graphed._graphs == {}
+    assert twin._compiled_scoring is None and engine._compiled_scoring is not None
     assert "captured" in engine._graphed._graphs
 
 
@@ -176,3 +178,74 @@ def test_cuda_graph_capture_matches_eager_on_gpu():
             grads[capture] = torch.autograd.grad(loss, list(engine.parameters()))
     for a, b in zip(grads["cuda_graph"], grads["none"], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def _scoring_inputs(engine):
+    support_x, support_y, query_x, _ = episode()
+    return engine.adapt(support_x, support_y, LOSS, STEPS, create_graph=True), query_x
+
+
+def test_compiled_scoring_is_used_for_training_scores_only(monkeypatch):
+    calls = []
+
+    def fake_compile(fn, **kwargs):  # records what would be compiled, runs it eagerly
+        def compiled(*args):
+            calls.append(kwargs)
+            return fn(*args)
+
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    engine = BatchedEngine(make_engine("batched", "fixed", True).model, 0.3, "fixed", STEPS, compile_scoring=True)
+    engine.double().train()
+    adapted, query_x = _scoring_inputs(engine)
+    with torch.no_grad():
+        scored = engine.predict_sets(adapted, query_x)
+    assert calls == [{"dynamic": False}]
+    expected = engine._predict_sets(adapted.fast, query_x, STEPS)
+    torch.testing.assert_close(scored, expected.detach(), rtol=1e-12, atol=1e-14)
+    engine.predict_sets(adapted, query_x)  # with gradient: eager
+    engine.eval()
+    with torch.no_grad():
+        engine.predict_sets(adapted, query_x)  # evaluation: eager
+    assert len(calls) == 1
+
+
+def test_scoring_runs_eagerly_after_one_warning_when_compiling_fails(monkeypatch):
+    def failing_compile(fn, **kwargs):
+        def compiled(*args):
+            raise RuntimeError("no C++ compiler")
+
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", failing_compile)
+    engine = BatchedEngine(make_engine("batched", "fixed", False).model, 0.3, "fixed", STEPS, compile_scoring=True)
+    engine.double().train()
+    adapted, query_x = _scoring_inputs(engine)
+    with torch.no_grad(), pytest.warns(UserWarning, match="compiling the scoring pass failed.*no C\\+\\+ compiler"):
+        first = engine.predict_sets(adapted, query_x)
+    with torch.no_grad():
+        second = engine.predict_sets(adapted, query_x)  # no second attempt, no second warning
+    assert engine._compiled_scoring is False
+    torch.testing.assert_close(first, second, rtol=0, atol=0)
+    torch.testing.assert_close(first, engine._predict_sets(adapted.fast, query_x, STEPS).detach(), rtol=0, atol=0)
+
+
+def test_compile_scoring_option_is_checked():
+    with pytest.raises(ValueError, match="compile_scoring must be"):
+        BatchedEngine(make_engine("batched", "fixed", False).model, compile_scoring="yes")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="compiled scoring runs on a CUDA device")
+def test_compiled_scoring_matches_eager_on_gpu():
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    torch.manual_seed(0)
+    net = ConvNet((2, 8, 8), WAYS, filters=3, blocks=2, bn_steps=STEPS + 1).cuda()
+    engine = BatchedEngine(net, 0.3, "per_layer_per_step", STEPS, capture="none").cuda().train()
+    support_x, support_y, query_x, _ = (t.cuda().float() if t.is_floating_point() else t.cuda() for t in episode())
+    adapted = engine.adapt(support_x, support_y, LOSS, STEPS, create_graph=True)
+    with torch.no_grad():
+        compiled = engine.predict_sets(adapted, query_x)
+        eager = engine._predict_sets(adapted.fast, query_x, STEPS)
+    assert engine._compiled_scoring not in (None, False)
+    torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-5)

@@ -1,0 +1,56 @@
+"""The backbone's batch norm and block order compute the textbook formulas, value and gradient."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from units_lightning.backbones import BatchNorm, ConvNet
+
+
+def test_batch_norm_equals_the_textbook_formula_with_its_second_derivatives():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 3, 5, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    norm = BatchNorm(3).double()
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5, generator=g)
+        norm.bias.normal_(generator=g)
+
+    def textbook(x):
+        mean = x.mean(dim=(0, 2, 3), keepdim=True)
+        var = ((x - mean) ** 2).mean(dim=(0, 2, 3), keepdim=True)
+        return (x - mean) / torch.sqrt(var + norm.eps) * norm.weight.view(1, -1, 1, 1) + norm.bias.view(1, -1, 1, 1)
+
+    ours, ref = norm(x), textbook(x)
+    torch.testing.assert_close(ours, ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(ours, F.batch_norm(x, None, None, norm.weight, norm.bias, True), rtol=1e-12, atol=1e-12)
+    probe = torch.randn(ours.shape, generator=g, dtype=torch.float64)
+    for out in (ours, ref):  # gradient of a gradient, as MAML's meta-gradient needs
+        (gx,) = torch.autograd.grad((out * probe).sum(), x, create_graph=True)
+        second = torch.autograd.grad((gx**2).sum(), [x, norm.weight], allow_unused=True)
+        if out is ours:
+            expected = (gx, second)
+    torch.testing.assert_close(expected[0], gx, rtol=1e-10, atol=1e-12)
+    for a, b in zip(expected[1], second, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("bn_steps", [1, 3])
+def test_pooling_before_the_activation_equals_the_papers_block_order(bn_steps):
+    torch.manual_seed(0)
+    net = ConvNet((3, 16, 16), 4, filters=5, blocks=3, bn_steps=bn_steps).double()
+    x = torch.randn(7, 3, 16, 16, dtype=torch.float64)
+
+    def papers_order(x, step):
+        for conv, norm in zip(net.convs, net.norms, strict=True):
+            x = net.pool(net.activation(norm(conv(x), step)))
+        return net.classifier(x.flatten(1))
+
+    for step in range(bn_steps):
+        ours, ref = net(x, step), papers_order(x, step)
+        assert torch.equal(ours, ref)
+        for a, b in zip(
+            torch.autograd.grad(ours.square().sum(), list(net.parameters()), allow_unused=True),
+            torch.autograd.grad(ref.square().sum(), list(net.parameters()), allow_unused=True),
+            strict=True,
+        ):
+            assert (a is None and b is None) or torch.equal(a, b)
