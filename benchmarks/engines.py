@@ -117,19 +117,32 @@ def step(model: UnitsMAML, batch: TaskBatch, optimizer: torch.optim.Optimizer) -
     optimizer.step()
 
 
-def time_steps(model: UnitsMAML, batch: TaskBatch, device: torch.device, warmup: int, repeats: int) -> float:
-    """Median seconds per training step after ``warmup`` untimed steps."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+def time_steps(
+    models: dict[str, UnitsMAML], batch: TaskBatch, device: torch.device, warmup: int, repeats: int
+) -> dict[str, float]:
+    """Median seconds per training step of each model after ``warmup`` untimed steps, the models taking turns
+    step by step, so that a shared machine's drift falls on all of them alike."""
+    optimizers = {name: torch.optim.Adam(model.parameters(), lr=1e-3) for name, model in models.items()}
     for _ in range(warmup):
-        step(model, batch, optimizer)
+        for name, model in models.items():
+            step(model, batch, optimizers[name])
     sync(device)
-    times = []
+    times: dict[str, list[float]] = {name: [] for name in models}
     for _ in range(repeats):
-        start = time.perf_counter()
-        step(model, batch, optimizer)
-        sync(device)
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
+        for name, model in models.items():
+            start = time.perf_counter()
+            step(model, batch, optimizers[name])
+            sync(device)
+            times[name].append(time.perf_counter() - start)
+    return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
+
+
+def first_step(model: UnitsMAML, batch: TaskBatch, device: torch.device) -> float:
+    """Seconds of one step, capture and compilation included when it is the model's first of this kind."""
+    start = time.perf_counter()
+    step(model, batch, torch.optim.Adam(model.parameters(), lr=1e-3))
+    sync(device)
+    return time.perf_counter() - start
 
 
 def meta_gradient(model: UnitsMAML, batch: TaskBatch) -> torch.Tensor:
@@ -178,37 +191,37 @@ def run(args: argparse.Namespace) -> list[dict]:
         row: dict = {"shape": shape, "tasks_per_s": {}, "memory": {}, "ml_over_nts": {}}
         for capture in args.capture:
             row.setdefault("capture", {})[capture] = capture_check(shape, device, capture)
-        for engine in engines:
-            kind, _, capture = engine.partition("+")
+        # On CPU the engines take turns step by step; on GPU they run one after the other, so that each one's
+        # peak memory is its own.
+        for group in [engines] if device.type == "cpu" else [[engine] for engine in engines]:
             baseline = release(device)
             # One model per engine (a captured one captures once); the sampler decides NTS or Units-ML.
-            model = build(shape, kind, device, capture or "none", args.score_precision)
-            nts_batch = random_batch(shape, 1, device)
-            start = time.perf_counter()
-            step(model, nts_batch, torch.optim.Adam(model.parameters(), lr=1e-3))
-            sync(device)
-            if capture:
-                row["capture"][capture] = (time.perf_counter() - start, *row["capture"][capture])
-            nts = time_steps(model, nts_batch, device, args.warmup, args.repeats)
+            models = {}
+            for engine in group:
+                kind, _, capture = engine.partition("+")
+                models[engine] = build(shape, kind, device, capture or "none", args.score_precision)
+            nts_batch, ml_batch = random_batch(shape, 1, device), random_batch(shape, QUERY_SETS, device)
+            first_nts = {engine: first_step(model, nts_batch, device) for engine, model in models.items()}
+            nts = time_steps(models, nts_batch, device, args.warmup, args.repeats)
             memory = None if device.type != "cuda" else (torch.cuda.max_memory_reserved(device) - baseline) / 2**20
-            model.sampler = MultiQuerySampler(tasks=shape.meta_batch, query_sets=QUERY_SETS)
-            ml_batch = random_batch(shape, QUERY_SETS, device)
-            start = time.perf_counter()
-            step(model, ml_batch, torch.optim.Adam(model.parameters(), lr=1e-3))
-            sync(device)
-            if capture:
-                first_ml = time.perf_counter() - start
-                row["capture"][capture] = (*row["capture"][capture][:1], first_ml, *row["capture"][capture][1:])
-            ml = time_steps(model, ml_batch, device, args.warmup, args.repeats)
-            del model
-            row["tasks_per_s"][engine] = shape.meta_batch / nts
-            row["memory"][engine] = memory
-            row["ml_over_nts"][engine] = ml / nts
-            print(
-                f"{shape.name:24s} {engine:16s} {shape.meta_batch / nts:8.2f} tasks/s  Units-ML/NTS {ml / nts:5.2f}",
-                file=sys.stderr,
-                flush=True,
-            )
+            for model in models.values():
+                model.sampler = MultiQuerySampler(tasks=shape.meta_batch, query_sets=QUERY_SETS)
+            first_ml = {engine: first_step(model, ml_batch, device) for engine, model in models.items()}
+            ml = time_steps(models, ml_batch, device, args.warmup, args.repeats)
+            del models
+            for engine in group:
+                capture = engine.partition("+")[2]
+                if capture:
+                    row["capture"][capture] = (first_nts[engine], first_ml[engine], *row["capture"][capture])
+                row["tasks_per_s"][engine] = shape.meta_batch / nts[engine]
+                row["memory"][engine] = memory
+                row["ml_over_nts"][engine] = ml[engine] / nts[engine]
+                print(
+                    f"{shape.name:24s} {engine:16s} {shape.meta_batch / nts[engine]:8.2f} tasks/s  "
+                    f"Units-ML/NTS {ml[engine] / nts[engine]:5.2f}",
+                    file=sys.stderr,
+                    flush=True,
+                )
         rows.append(row)
     return rows
 
@@ -223,7 +236,7 @@ def table(rows: list[dict], engines: list[str]) -> str:
         cells = [f"{row['shape'].name} ({row['shape'].meta_batch})"]
         cells += [f"{rate[e]:.2f}" for e in engines]
         base = rate.get("learn2learn")
-        cells += [f"{rate[e] / base:.1f}x" if base else "n/a" for e in engines[1:]]
+        cells += [f"{rate[e] / base:.2f}x" if base else "n/a" for e in engines[1:]]
         cells += ["n/a" if memory[e] is None else f"{memory[e]:.0f}" for e in engines]
         cells += [f"{ratio[e]:.2f}" for e in engines]
         lines.append("| " + " | ".join(cells) + " |")
