@@ -17,6 +17,7 @@ checked against eager with TF32 off.
 
 Usage:
     python benchmarks/engines.py                       # CPU, all shapes, prints the table
+    python benchmarks/engines.py --device cuda --capture cuda_graph --check-only   # only the exactness check
     python benchmarks/engines.py --device cuda --capture cuda_graph --write docs/PERFORMANCE.md
 """
 
@@ -152,23 +153,26 @@ def meta_gradient(model: UnitsMAML, batch: TaskBatch) -> torch.Tensor:
     return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
 
 
-def relative_difference(shape: Shape, device: torch.device, capture: str, dtype: torch.dtype) -> float:
-    """Relative difference of the captured meta-gradient to eager, TF32 off, in ``dtype``."""
+def one_meta_gradient(shape: Shape, device: torch.device, capture: str, dtype: torch.dtype) -> torch.Tensor:
+    """The meta-gradient of one batch in ``dtype``: eager for ``capture="none"``, else from the replay."""
     batch = random_batch(shape, 1, device, seed=1)
     batch = TaskBatch(batch.support_x.to(dtype), batch.support_y, batch.query_x.to(dtype), batch.query_y, batch.classes)
-    eager = meta_gradient(build(shape, "batched", device, "none").to(dtype), batch)
-    captured = build(shape, "batched", device, capture).to(dtype)
-    for _ in range(2):  # capture, then replay
-        replayed = meta_gradient(captured, batch)
-    return float((replayed - eager).norm() / eager.norm())
+    model = build(shape, "batched", device, capture).to(dtype)
+    for _ in range(1 if capture == "none" else 2):  # capture, then replay
+        gradient = meta_gradient(model, batch)
+    return gradient.double()
 
 
-def capture_check(shape: Shape, device: torch.device, capture: str) -> tuple[float, float]:
-    """Relative difference of the replayed meta-gradient to eager with TF32 off, in float32 and in float64."""
+def capture_check(shape: Shape, device: torch.device, capture: str) -> tuple[float, float, float]:
+    """Errors of the meta-gradient against eager float64, TF32 off: eager float32, replayed float32, replayed
+    float64. The replay is right when its float32 error matches eager's and its float64 error is rounding."""
     tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     try:
-        return tuple(relative_difference(shape, device, capture, dtype) for dtype in (torch.float32, torch.float64))
+        truth = one_meta_gradient(shape, device, "none", torch.float64)
+        runs = [("none", torch.float32), (capture, torch.float32), (capture, torch.float64)]
+        errors = [one_meta_gradient(shape, device, c, d) - truth for c, d in runs]
+        return tuple(float(e.norm() / truth.norm()) for e in errors)
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
 
@@ -193,7 +197,8 @@ def run(args: argparse.Namespace) -> list[dict]:
             row.setdefault("capture", {})[capture] = capture_check(shape, device, capture)
         # On CPU the engines take turns step by step; on GPU they run one after the other, so that each one's
         # peak memory is its own.
-        for group in [engines] if device.type == "cpu" else [[engine] for engine in engines]:
+        groups = [] if args.check_only else [engines] if device.type == "cpu" else [[e] for e in engines]
+        for group in groups:
             baseline = release(device)
             # One model per engine (a captured one captures once); the sampler decides NTS or Units-ML.
             models = {}
@@ -230,8 +235,9 @@ def table(rows: list[dict], engines: list[str]) -> str:
     head = ["shape (meta-batch)"]
     head += [f"{e} tasks/s" for e in engines] + [f"{e} / l2l" for e in engines[1:]]
     head += [f"{e} peak MiB" for e in engines] + [f"{e} ML/NTS" for e in engines]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for row in rows:
+    timed = [row for row in rows if row["tasks_per_s"]]  # none with --check-only
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] if timed else []
+    for row in timed:
         rate, memory, ratio = row["tasks_per_s"], row["memory"], row["ml_over_nts"]
         cells = [f"{row['shape'].name} ({row['shape'].meta_batch})"]
         cells += [f"{rate[e]:.2f}" for e in engines]
@@ -244,14 +250,14 @@ def table(rows: list[dict], engines: list[str]) -> str:
         lines += [
             "",
             "| shape | capture | first Units-NTS step (capture) s | first Units-ML step (scoring compile) s "
-            "| vs eager, float32 TF32 off | vs eager, float64 |",
+            "| error of eager float32 | error of replay float32 | error of replay float64 |",
         ]
-        lines += ["|---|---|---|---|---|---|"]
+        lines += ["|---|---|---|---|---|---|---|"]
         for r in rows:
-            lines += [
-                f"| {r['shape'].name} | {c} | {t:.1f} | {ml:.1f} | {a:.1e} | {b:.1e} |"
-                for c, (t, ml, a, b) in r.get("capture", {}).items()
-            ]
+            for c, check in r.get("capture", {}).items():
+                firsts = [f"{t:.1f}" for t in check[:-3]] or ["not timed", "not timed"]
+                errors = [f"{e:.1e}" for e in check[-3:]]
+                lines.append("| " + " | ".join([r["shape"].name, c, *firsts, *errors]) + " |")
     return "\n".join(lines)
 
 
@@ -297,6 +303,9 @@ def main() -> None:
         choices=["learn2learn", "batched"],
         help="eager engines to time (one per process keeps a large CPU run within memory: freed memory is not "
         "always returned to the system)",
+    )
+    parser.add_argument(
+        "--check-only", action="store_true", help="only check the --capture variants against eager, no timing"
     )
     parser.add_argument("--cudnn-benchmark", action="store_true")
     parser.add_argument("--score-precision", default="float32", choices=["float32", "bfloat16"])

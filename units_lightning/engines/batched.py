@@ -199,8 +199,9 @@ class BatchedEngine(nn.Module):
 
     def _predict_all(self, fast: dict[str, Tensor], query_x: Tensor, task_index: Tensor, steps: int) -> Tensor:
         if not self._vectorized(query_x):
-            tasks = task_index.tolist()
-            return torch.stack([self._forward(_task(fast, t), x, steps) for x, t in zip(query_x, tasks, strict=True)])
+            tasks = _unstack(fast)
+            indices = task_index.tolist()
+            return torch.stack([self._forward(tasks[t], x, steps) for x, t in zip(query_x, indices, strict=True)])
         weights = {name: w[task_index] for name, w in fast.items()}
         forward = lambda w, x: self._forward(w, x, steps)  # noqa: E731
         return vmap(forward, chunk_size=self.chunk_size)(weights, query_x)
@@ -217,7 +218,8 @@ class BatchedEngine(nn.Module):
 
     def _sets_per_task(self, fast: dict[str, Tensor], query_x: Tensor, steps: int) -> Tensor:
         forward = lambda w, x: self._forward(w, x, steps)  # noqa: E731
-        return torch.stack([vmap(forward, in_dims=(None, 0))(_task(fast, t), sets) for t, sets in enumerate(query_x)])
+        tasks = _unstack(fast)
+        return torch.stack([vmap(forward, in_dims=(None, 0))(tasks[t], sets) for t, sets in enumerate(query_x)])
 
     def _vectorized(self, x: Tensor) -> bool:
         return x.is_cuda if self.vectorize == "auto" else bool(self.vectorize)
@@ -230,9 +232,11 @@ class BatchedEngine(nn.Module):
         return list(self.model.parameters())[-1].shape[0]
 
 
-def _task(fast: dict[str, Tensor], index: int) -> dict[str, Tensor]:
-    """One task's weights out of the stacked fast weights."""
-    return {name: w[index] for name, w in fast.items()}
+def _unstack(fast: dict[str, Tensor]) -> list[dict[str, Tensor]]:
+    """Every task's weights out of the stacked fast weights, with one ``unbind`` per tensor: its backward stacks
+    the tasks' gradients once, where indexing task by task would add a zero-filled (T, ...) gradient per task."""
+    columns = {name: w.unbind() for name, w in fast.items()}
+    return [{name: column[t] for name, column in columns.items()} for t in range(len(next(iter(fast.values()))))]
 
 
 def _stack(per_task: list[dict[str, Tensor]]) -> dict[str, Tensor]:
