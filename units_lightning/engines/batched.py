@@ -207,19 +207,18 @@ class BatchedEngine(nn.Module):
         return vmap(forward, chunk_size=self.chunk_size)(weights, query_x)
 
     def _predict_sets(self, fast: dict[str, Tensor], query_x: Tensor, steps: int) -> Tensor:
-        # Tasks map over the weights; a task's query sets map over its inputs only, so each convolution
-        # runs once per task on all of its sets instead of once per set.
-        def task_sets(weights: dict[str, Tensor], sets: Tensor) -> Tensor:
-            return vmap(lambda x: self._forward(weights, x, steps))(sets)
-
         if self._vectorized(query_x):
+            task_sets = lambda weights, sets: self._task_sets(weights, sets, steps)  # noqa: E731
             return vmap(task_sets, chunk_size=self.chunk_size)(fast, query_x)
         return self._sets_per_task(fast, query_x, steps)
 
     def _sets_per_task(self, fast: dict[str, Tensor], query_x: Tensor, steps: int) -> Tensor:
-        forward = lambda w, x: self._forward(w, x, steps)  # noqa: E731
-        tasks = _unstack(fast)
-        return torch.stack([vmap(forward, in_dims=(None, 0))(tasks[t], sets) for t, sets in enumerate(query_x)])
+        return torch.stack([self._task_sets(w, sets, steps) for w, sets in zip(_unstack(fast), query_x, strict=True)])
+
+    def _task_sets(self, weights: dict[str, Tensor], sets: Tensor, steps: int) -> Tensor:
+        """One task's (S, M, ...) query sets through its weights. The sets map over the inputs only, so each
+        convolution runs once on all of them instead of once per set."""
+        return vmap(lambda x: self._forward(weights, x, steps))(sets)
 
     def _vectorized(self, x: Tensor) -> bool:
         return x.is_cuda if self.vectorize == "auto" else bool(self.vectorize)
