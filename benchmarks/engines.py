@@ -187,9 +187,14 @@ def release(device: torch.device) -> float:
     return torch.cuda.memory_reserved(device)
 
 
+def engine_names(args: argparse.Namespace) -> list[str]:
+    """The engines to time, learn2learn (the baseline) first, then eager batched, then its capture variants."""
+    return [e for e in ["learn2learn", "batched"] if e in args.engines] + [f"batched+{c}" for c in args.capture]
+
+
 def run(args: argparse.Namespace) -> list[dict]:
     device = torch.device(args.device)
-    engines = [e for e in ["learn2learn", "batched"] if e in args.engines] + [f"batched+{c}" for c in args.capture]
+    engines = engine_names(args)
     rows = []
     for shape in [s for s in SHAPES if not args.shapes or s.name in args.shapes]:
         row: dict = {"shape": shape, "tasks_per_s": {}, "memory": {}, "ml_over_nts": {}}
@@ -314,7 +319,7 @@ def main() -> None:
     torch.backends.cudnn.benchmark = args.cudnn_benchmark
     device = torch.device(args.device)
     rows = run(args)
-    engines = [e for e in ["learn2learn", "batched"] if e in args.engines] + [f"batched+{c}" for c in args.capture]
+    engines = engine_names(args)
     command = "python benchmarks/engines.py " + " ".join(sys.argv[1:])
     body = f"{environment(device)}\n\nCommand: `{command}` ({time.strftime('%Y-%m-%d')})\n\n{table(rows, engines)}"
     print(body)
