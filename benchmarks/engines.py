@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from units_lightning.data.episode import SealedLabels, TaskBatch
+from units_lightning.episode import SealedLabels, TaskBatch
 from units_lightning.ledger import LabelLedger
 from units_lightning.module import UnitsMAML
 from units_lightning.samplers import MultiQuerySampler, RandomSampler

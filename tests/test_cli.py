@@ -11,8 +11,8 @@ import yaml
 from tiny_setup import REPO
 
 from units_lightning.cli import cli_main
+from units_lightning.dashboard.wandb_offline import find_offline_runs, read_history
 from units_lightning.samplers import TaskSampler
-from units_lightning.wandb_offline import find_offline_runs, read_history
 
 QUICKSTART = REPO / "configs" / "quickstart.yaml"
 # Shrinks the quick start to seconds: tiny images, a narrow net, few steps and validation tasks.

@@ -7,11 +7,9 @@ import pytest
 from test_cli import FAST, QUICKSTART
 
 from units_lightning.callbacks import ScheduleMonitor, SelectionMonitor, TheoremOneMonitor, UncertaintyCurves
-from units_lightning.charts import CHARTS
 from units_lightning.cli import cli_main, main
-from units_lightning.dashboard import build_workspace, panel_keys
-from units_lightning.report import build_report, read_log
-from units_lightning.wandb_offline import find_offline_runs, read_records
+from units_lightning.dashboard import CHARTS, build_report, build_workspace, find_offline_runs, panel_keys, read_log
+from units_lightning.dashboard.wandb_offline import read_records
 
 DASHBOARD_CALLBACKS = (ScheduleMonitor, TheoremOneMonitor, SelectionMonitor, UncertaintyCurves)
 # Key families the dashboard callbacks log: each logged key of these must be on the workspace.
@@ -22,7 +20,7 @@ CALLBACK_FAMILIES = [
     r"selection/uncertainty_(chosen|rejected)_hist",
     r"(train|val)/theorem1_(holds|margin)",
     r"label_budget/query_sets",
-    r"val_curve/(acc|coverage)_at_vacuity_\dp\d\d",
+    r"val_curve/(acc|coverage)_vacuity_below_\dp\d\d",
 ]
 
 
@@ -106,7 +104,7 @@ def test_report_without_logs_says_what_it_looked_for(tmp_path, capsys):
 def test_dashboard_command_dry_run_prints_the_keys(capsys):
     main(["dashboard", "--entity", "me", "--project", "units-lightning", "--dry-run"])
     printed = json.loads(capsys.readouterr().out)
-    assert "val_curve/acc_at_vacuity_0p20" in printed["keys"] and printed["patterns"] == [r"selection/slot_win/\d+"]
+    assert "val_curve/acc_vacuity_below_0p20" in printed["keys"] and printed["patterns"] == [r"selection/slot_win/\d+"]
     assert list(printed["sections"]) == list(dict.fromkeys(chart.section for chart in CHARTS))
 
 

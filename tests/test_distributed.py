@@ -18,12 +18,13 @@ SCRIPT = textwrap.dedent("""
             self.classes.append(batch.classes.tolist())
 
     pl.seed_everything(0, verbose=False)
-    model = tiny_model(label_budget=10)
+    data = tiny_data(MultiQuerySampler(tasks=2, query_sets=2))
+    model = tiny_model(label_budget=10, sampler=data.sampler)
     trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=50, limit_train_batches=100,
                          limit_val_batches=2, val_check_interval=2, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, inference_mode=False,
                          callbacks=[Record()])
-    trainer.fit(model, tiny_data(MultiQuerySampler(tasks=2, query_sets=2)))
+    trainer.fit(model, data)
     with open(f"result_{{trainer.global_rank}}.json", "w") as out:
         json.dump({{"rank": trainer.global_rank, "steps": trainer.global_step, "ledger": model.ledger.state_dict(),
                    "classes": Record.classes, "val_acc": float(trainer.callback_metrics["val/acc"])}}, out)

@@ -37,7 +37,7 @@ class TamperingSampler(MultiQuerySampler):
 def train(tmp_path, tamper=None):
     pl.seed_everything(0, verbose=False)
     sampler = TamperingSampler(tamper=tamper, tasks=2, query_sets=4, warmup_steps=2)
-    model = tiny_model(eta=None)
+    model = tiny_model(eta=None, sampler=sampler)
     tiny_trainer(tmp_path, max_steps=8).fit(model, tiny_data(sampler, seed=3))
     return torch.nn.utils.parameters_to_vector(model.parameters()).detach(), sampler.chosen, model.ledger
 

@@ -21,7 +21,7 @@ from units_lightning.samplers import MultiQuerySampler, RandomSampler, SingleTas
 def test_every_sampler_trains_and_the_ledger_counts_what_was_labeled(
     tmp_path, sampler, labeled_per_step, support_per_step
 ):
-    model = tiny_model()
+    model = tiny_model(sampler=sampler)
     tiny_trainer(tmp_path, max_steps=3).fit(model, tiny_data(sampler))
     assert model.ledger.query_sets == 3 * labeled_per_step
     assert model.ledger.query_images == 3 * labeled_per_step * 5
@@ -30,9 +30,10 @@ def test_every_sampler_trains_and_the_ledger_counts_what_was_labeled(
 
 def test_meta_update_changes_the_initialisation_with_second_order_gradients(tmp_path):
     pl.seed_everything(0, verbose=False)
-    model = tiny_model(first_order=False)
+    data = tiny_data(RandomSampler(tasks=2))
+    model = tiny_model(first_order=False, sampler=data.sampler)
     before = torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()
-    tiny_trainer(tmp_path, max_steps=2).fit(model, tiny_data(RandomSampler(tasks=2)))
+    tiny_trainer(tmp_path, max_steps=2).fit(model, data)
     after = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
     assert not torch.equal(before, after)
 
@@ -71,10 +72,9 @@ def test_evaluation_adapts_to_the_support_set():
 
 def test_ledger_lives_in_checkpoints_and_resumes(tmp_path):
     checkpoints = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, every_n_train_steps=1)
-    model = tiny_model()
-    tiny_trainer(tmp_path, max_steps=3, enable_checkpointing=True, callbacks=[checkpoints]).fit(
-        model, tiny_data(MultiQuerySampler(tasks=2, query_sets=2))
-    )
+    data = tiny_data(MultiQuerySampler(tasks=2, query_sets=2))
+    model = tiny_model(sampler=data.sampler)
+    tiny_trainer(tmp_path, max_steps=3, enable_checkpointing=True, callbacks=[checkpoints]).fit(model, data)
     saved = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)
     assert saved["label_ledger"]["query_sets"] == 6
     loaded = UnitsMAML.load_from_checkpoint(tmp_path / "ckpt" / "last.ckpt")
@@ -83,26 +83,27 @@ def test_ledger_lives_in_checkpoints_and_resumes(tmp_path):
         torch.nn.utils.parameters_to_vector(model.parameters()),
     )
     assert loaded.ledger.query_sets == 6 and loaded.inner_steps == model.inner_steps
-    resumed = tiny_model()
-    tiny_trainer(tmp_path, max_steps=5).fit(
-        resumed, tiny_data(MultiQuerySampler(tasks=2, query_sets=2)), ckpt_path=tmp_path / "ckpt" / "last.ckpt"
-    )
+    data = tiny_data(MultiQuerySampler(tasks=2, query_sets=2))
+    resumed = tiny_model(sampler=data.sampler)
+    tiny_trainer(tmp_path, max_steps=5).fit(resumed, data, ckpt_path=tmp_path / "ckpt" / "last.ckpt")
     assert resumed.ledger.query_sets == 10
     assert resumed.ledger.support_images == 5 * 2 * 5
 
 
 def test_label_budget_ends_training_when_spent(tmp_path):
-    model = tiny_model(label_budget=5)
+    data = tiny_data(MultiQuerySampler(tasks=2, query_sets=2))
+    model = tiny_model(label_budget=5, sampler=data.sampler)
     trainer = tiny_trainer(tmp_path, max_steps=100)
-    trainer.fit(model, tiny_data(MultiQuerySampler(tasks=2, query_sets=2)))
+    trainer.fit(model, data)
     assert trainer.global_step == 3
     assert model.ledger.query_sets == 6 and model.ledger.exhausted
 
 
 def test_plain_maml_is_a_config_away(tmp_path):
-    model = tiny_model(loss=CrossEntropyLoss())
+    data = tiny_data(RandomSampler(tasks=2))
+    model = tiny_model(loss=CrossEntropyLoss(), sampler=data.sampler)
     trainer = tiny_trainer(tmp_path, max_steps=2)
-    trainer.fit(model, tiny_data(RandomSampler(tasks=2)))
+    trainer.fit(model, data)
     assert torch.isfinite(trainer.callback_metrics["train/loss"])
 
 
@@ -116,9 +117,10 @@ def test_non_finite_loss_stops_with_a_clear_error_and_keeps_checkpoints(tmp_path
         def forward(self, x):
             return self.linear(x.flatten(1)) * float("nan")
 
-    model = UnitsMAML(n_way=5, image_shape=(1, 16, 16), backbone=Exploding(), inner_steps=1)
+    data = tiny_data(RandomSampler(tasks=2))
+    model = UnitsMAML(n_way=5, image_shape=(1, 16, 16), backbone=Exploding(), inner_steps=1, sampler=data.sampler)
     with pytest.raises(FloatingPointError, match="non-finite meta-loss .* step 0"):
-        tiny_trainer(tmp_path).fit(model, tiny_data(RandomSampler(tasks=2)))
+        tiny_trainer(tmp_path).fit(model, data)
 
 
 def test_a_second_sampler_on_the_model_is_refused(tmp_path):
@@ -127,15 +129,22 @@ def test_a_second_sampler_on_the_model_is_refused(tmp_path):
         tiny_trainer(tmp_path).fit(model, tiny_data(MultiQuerySampler(tasks=2, query_sets=2)))
 
 
+def test_a_model_without_a_sampler_is_refused_before_training(tmp_path):
+    with pytest.raises(ValueError, match=r"UnitsMAML\(sampler=data.sampler\)"):
+        tiny_trainer(tmp_path).fit(tiny_model(), tiny_data(RandomSampler(tasks=2)))
+
+
 def test_mismatched_ways_between_model_and_data_are_caught_before_training(tmp_path):
+    data = tiny_data(RandomSampler(tasks=2), n_way=3)
     with pytest.raises(ValueError, match=r"model.n_way=5 but data.n_way=3"):
-        tiny_trainer(tmp_path).fit(tiny_model(), tiny_data(RandomSampler(tasks=2), n_way=3))
+        tiny_trainer(tmp_path).fit(tiny_model(sampler=data.sampler), data)
 
 
 def test_too_many_ways_for_a_split_fails_before_the_first_step(tmp_path):
-    model = tiny_model(n_way=20)
+    data = tiny_data(RandomSampler(tasks=2), n_way=20)
+    model = tiny_model(n_way=20, sampler=data.sampler)
     with pytest.raises(ValueError, match=r"n_way=20 but split 'val' has only 10 classes"):
-        tiny_trainer(tmp_path).fit(model, tiny_data(RandomSampler(tasks=2), n_way=20))
+        tiny_trainer(tmp_path).fit(model, data)
     assert model.ledger.query_sets == 0
 
 
@@ -168,7 +177,7 @@ def test_steps_return_per_query_values_for_callbacks(tmp_path):
     sampler = MultiQuerySampler(tasks=2, query_sets=3)
     data = tiny_data(sampler, eval_batch_tasks=2)
     trainer = tiny_trainer(tmp_path, max_steps=2, callbacks=[seen], limit_val_batches=None, val_check_interval=2)
-    trainer.fit(tiny_model(), data)
+    trainer.fit(tiny_model(sampler=sampler), data)
     outputs, batch = seen.train[-1]
     assert outputs["scores"].shape == outputs["chosen"].shape == (2, 3)
     assert outputs["chosen"].sum(dim=1).tolist() == [1, 1]

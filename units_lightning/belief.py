@@ -33,6 +33,7 @@ __all__ = [
     "query_beliefs",
     "task_beliefs",
     "task_uncertainty",
+    "theorem_one_margin",
     "vacuity",
 ]
 
@@ -222,3 +223,26 @@ def task_uncertainty(vacuous_belief: Tensor, conflicting_belief: Tensor, lam: fl
     if not isinstance(lam, Tensor) and not 0.0 <= lam <= 1.0:
         raise ValueError(f"lambda must lie in [0, 1], got {lam}")
     return lam * vacuous_belief + (1 - lam) * conflicting_belief
+
+
+def theorem_one_margin(incorrect_belief: Tensor, dissonance: Tensor) -> Tensor:
+    """Per-task slack of Theorem 1, ``ib_t - cb_t / 2`` (non-negative whenever the theorem holds).
+
+    Args:
+        incorrect_belief: (T, M) incorrect belief of each of the M queries of T tasks, in [0, 1).
+        dissonance: (T, M) dissonance of the same queries, in [0, 1).
+
+    Returns:
+        (T,) ``mean(incorrect_belief) - mean(dissonance) / 2`` per task.
+
+    Example:
+        >>> b = torch.tensor([0.4, 0.4, 0.0])  # two equal beliefs: dissonance 0.8, the bound is tight
+        >>> theorem_one_margin(torch.tensor([[0.4]]), torch.tensor([[0.8]]))
+        tensor([0.])
+    """
+    if incorrect_belief.shape != dissonance.shape or incorrect_belief.dim() != 2:
+        raise ValueError(
+            f"expected (tasks, queries) tensors of one shape, got {tuple(incorrect_belief.shape)} "
+            f"and {tuple(dissonance.shape)}"
+        )
+    return incorrect_belief.mean(dim=-1) - dissonance.mean(dim=-1) / 2

@@ -6,43 +6,27 @@ import json
 import math
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.cli import LightningCLI
-from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
+from lightning.pytorch.loggers import WandbLogger
 
+from units_lightning import keys
 from units_lightning.callbacks import SaveRunConfig, dashboard_callbacks
-from units_lightning.data.datamodule import EpisodicDataModule
-from units_lightning.evaluation.prediction_writer import PredictionWriter
-from units_lightning.evaluation.report import format_results, write_report
+from units_lightning.callbacks.prediction_writer import PredictionWriter
+from units_lightning.dashboard.report import main as report_main
+from units_lightning.dashboard.workspace import main as dashboard_main
+from units_lightning.data.episodic import EpisodicDataModule
 from units_lightning.module import UnitsMAML
+from units_lightning.runs import run_directory
 
-__all__ = ["UnitsCLI", "cli_main", "fit_summary", "main", "run_directory"]
+__all__ = ["UnitsCLI", "cli_main", "fit_summary", "main"]
 
 _SUMMARY_KEYS = {
-    "val_accuracy": "val/acc",
-    "val_vacuity": "val/vacuity",
-    "val_dissonance": "val/dissonance",
-    "val_incorrect_belief": "val/incorrect_belief",
-    "val_correct_belief": "val/correct_belief",
+    "val_accuracy": keys.stage_key(keys.VAL, keys.ACC),
+    **{f"val_{name}": keys.stage_key(keys.VAL, name) for name in keys.BELIEFS},
 }
-
-
-def run_directory(trainer: pl.Trainer) -> Path:
-    """Where a run's own files go: the W&B run's files folder, else the logger's or trainer's log dir.
-
-    Unlike ``trainer.log_dir`` it broadcasts nothing, so rank zero alone may call it.
-    """
-    logger = trainer.logger
-    if isinstance(logger, WandbLogger):
-        return Path(logger.experiment.dir)
-    if isinstance(logger, (CSVLogger, TensorBoardLogger)):
-        return Path(logger.log_dir)
-    if logger is not None and logger.save_dir is not None:
-        return Path(logger.save_dir)
-    return Path(trainer.default_root_dir)
 
 
 def fit_summary(trainer: pl.Trainer, model: UnitsMAML, wall_time_s: float) -> dict[str, Any]:
@@ -84,12 +68,17 @@ def _format(summary: dict[str, Any]) -> str:
 
 
 class UnitsCLI(LightningCLI):
-    """LightningCLI with the data module's task shape linked into the model, the dashboard callbacks added to
-    the trainer's (``--dashboard_callbacks false`` leaves them out) and a summary after ``fit``."""
+    """LightningCLI with the data module's task shape and sampler linked into the model, the dashboard callbacks
+    added to the trainer's (``--dashboard_callbacks false`` leaves them out) and a summary after ``fit``.
+
+    ``test`` writes ``results.json`` through the module's ``ResultsWriter`` callback, as ``trainer.test`` does.
+    """
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("data.n_way", "model.n_way", apply_on="instantiate")
         parser.link_arguments("data.image_shape", "model.image_shape", apply_on="instantiate")
+        # One sampler draws the candidate tasks (data side) and chooses among them (model side).
+        parser.link_arguments("data.sampler", "model.sampler", apply_on="instantiate")
         # Inert outside `predict`; there it writes predictions.csv/json (--prediction.threshold sets abstention).
         parser.add_lightning_class_args(PredictionWriter, "prediction")
         parser.add_argument(
@@ -125,22 +114,6 @@ class UnitsCLI(LightningCLI):
             )
         print(_format(summary) + f"\n  written to {path}", flush=True)
 
-    def after_test(self) -> None:
-        """Write the test report (``results.json``, plots, W&B tables) into the run directory and print it."""
-        results = getattr(self.model, "test_results", None)
-        if not self.trainer.is_global_zero or not results:
-            return
-        ckpt_path = self.config[self.subcommand].get("ckpt_path")
-        spec = getattr(self.datamodule, "eval_spec", None)
-        context: dict[str, Any] = {"checkpoint": None if ckpt_path is None else str(ckpt_path)}
-        if spec is not None:
-            context["task"] = {"n_way": spec.n_way, "k_shot": spec.k_shot, "query_shots": spec.query_shots}
-            context["seed"] = getattr(self.datamodule, "seed", None)
-        logger = self.trainer.logger
-        wandb_run = logger.experiment if isinstance(logger, WandbLogger) else None
-        path = write_report({**context, **results}, run_directory(self.trainer), wandb_run)
-        print(format_results(results) + f"\n  written to {path} (plots beside it)", flush=True)
-
 
 def cli_main(args: list[str] | None = None) -> UnitsCLI:
     """Entry point of ``units-lightning`` and ``python -m units_lightning``."""
@@ -163,11 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     """
     words = sys.argv[1:] if argv is None else list(argv)
     if words and words[0] == "dashboard":
-        from units_lightning.dashboard import main as dashboard_main
-
         return dashboard_main(words[1:])
     if words and words[0] == "report":
-        from units_lightning.report import main as report_main
-
         return report_main(words[1:])
     cli_main(None if argv is None else words)  # None: LightningCLI reads sys.argv itself

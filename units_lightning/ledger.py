@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from units_lightning.data.episode import TaskBatch
+from units_lightning.episode import TaskBatch
 
 __all__ = ["LabelLedger"]
 

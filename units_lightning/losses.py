@@ -2,7 +2,7 @@
 
 A loss object maps logits to evidence (``evidence``) and scores a labeled set (``__call__``). The
 inner loop and the outer loop use the same object; ``eta`` is passed per call because it follows a
-schedule.
+schedule. ``ScheduledInnerLoss`` binds a loss to the current eta for the engines' inner loop.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from units_lightning.belief import belief, incorrect_belief
 
-__all__ = ["CrossEntropyLoss", "EvidentialLoss", "MetaLoss"]
+__all__ = ["CrossEntropyLoss", "EvidentialLoss", "MetaLoss", "ScheduledInnerLoss"]
 
 
 class MetaLoss:
@@ -98,3 +98,34 @@ class CrossEntropyLoss(MetaLoss):
 
     def __call__(self, logits: Tensor, labels: Tensor, eta: float | Tensor = 0.0) -> Tensor:
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1).long())
+
+
+class ScheduledInnerLoss(nn.Module):
+    """``loss(logits, labels)`` of the inner loop: a ``MetaLoss`` with eta held in a buffer.
+
+    The engines call the inner loss with logits and labels only. Eta follows a schedule, so it is set once per
+    step with ``set_eta``, which writes into the same storage every time: an inner loop captured as a CUDA
+    graph or compiled reads each step's value without being rebuilt. The buffer is not saved in checkpoints.
+
+    Args:
+        loss: the per-task loss.
+
+    Example:
+        >>> inner = ScheduledInnerLoss(EvidentialLoss())
+        >>> inner.set_eta(0.5)
+        >>> logits, labels = torch.tensor([[2.0, -1.0]]), torch.tensor([1])
+        >>> bool(inner(logits, labels) == EvidentialLoss()(logits, labels, torch.tensor(0.5)))
+        True
+    """
+
+    def __init__(self, loss: MetaLoss):
+        super().__init__()
+        self.loss = loss
+        self.register_buffer("eta", torch.zeros(()), persistent=False)
+
+    def set_eta(self, value: float) -> None:
+        """The eta of the following inner loops (written in place)."""
+        self.eta.fill_(value)
+
+    def forward(self, logits: Tensor, labels: Tensor) -> Tensor:
+        return self.loss(logits, labels, self.eta.to(logits.dtype))

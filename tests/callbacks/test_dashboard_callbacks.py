@@ -13,8 +13,7 @@ from units_lightning.callbacks import (
     UncertaintyCurves,
     dashboard_callbacks,
 )
-from units_lightning.charts import CHARTS
-from units_lightning.report import build_report, read_log
+from units_lightning.dashboard import CHARTS, build_report, read_log
 from units_lightning.samplers import MultiQuerySampler
 
 QUERY_SETS = 3
@@ -32,7 +31,7 @@ def train(tmp_path, logger_class):
         log_every_n_steps=1,
         callbacks=dashboard_callbacks(),
     )
-    trainer.fit(tiny_model(), tiny_data(sampler))
+    trainer.fit(tiny_model(sampler=sampler), tiny_data(sampler))
     return trainer
 
 
@@ -69,7 +68,7 @@ def test_callbacks_log_every_dashboard_key_with_any_logger(tmp_path, logger_clas
     coverage = [
         row[key]
         for row in rows
-        if "val_curve/coverage_at_vacuity_1p00" in row
+        if "val_curve/coverage_vacuity_below_1p00" in row
         for key in sorted(k for k in row if k.startswith("val_curve/coverage"))
     ]
     assert coverage and all(0.0 <= c <= 1.0 for c in coverage)

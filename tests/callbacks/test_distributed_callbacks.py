@@ -24,7 +24,8 @@ SCRIPT = textwrap.dedent("""
                          limit_val_batches=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, inference_mode=False,
                          callbacks=[Record(), *dashboard_callbacks()])
-    trainer.fit(tiny_model(), tiny_data(MultiQuerySampler(tasks=2, query_sets=3), eval_batch_tasks=2))
+    data = tiny_data(MultiQuerySampler(tasks=2, query_sets=3), eval_batch_tasks=2)
+    trainer.fit(tiny_model(sampler=data.sampler), data)
     metrics = {{k: float(v) for k, v in trainer.callback_metrics.items()}}
     with open(f"result_{{trainer.global_rank}}.json", "w") as handle:
         json.dump({{"rank": trainer.global_rank, "metrics": metrics, "chosen": Record.chosen}}, handle)

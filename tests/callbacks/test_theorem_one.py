@@ -5,8 +5,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from units_lightning.belief import query_beliefs
-from units_lightning.callbacks import TheoremOneMonitor, theorem_one_margin
+from units_lightning.belief import query_beliefs, theorem_one_margin
+from units_lightning.callbacks import TheoremOneMonitor
 
 
 def test_margin_closed_forms():

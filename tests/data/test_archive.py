@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from units_lightning.data.archive import (
+from units_lightning.data.io.archive import (
     check_zip_members,
     default_cache_dir,
     extraction_marker,

@@ -14,9 +14,9 @@ import torch
 from image_fakes import write_image, write_split_layout
 
 from units_lightning.data import CIFARFSDataModule, FewShotImageFolderDataModule, MiniImageNetDataModule, TensorImages
-from units_lightning.data.cifarfs import CIFARFS_CLASSES, load_cifarfs
-from units_lightning.data.image_folder import split_by_lists, split_by_ratios
-from units_lightning.data.miniimagenet import load_miniimagenet
+from units_lightning.data.datasets.cifarfs import CIFARFS_CLASSES, load_cifarfs
+from units_lightning.data.datasets.image_folder import split_by_lists, split_by_ratios
+from units_lightning.data.datasets.miniimagenet import load_miniimagenet
 from units_lightning.samplers import RandomSampler
 
 # ---------------------------------------------------------------- normalisation

@@ -19,9 +19,9 @@ import pytest
 import torch
 from PIL import Image, ImageDraw
 
-from units_lightning.data import omniglot as omniglot_module
-from units_lightning.data.images import RotatedClasses, TensorImages
-from units_lightning.data.omniglot import load_omniglot, omniglot_splits
+from units_lightning.data.datasets import omniglot as omniglot_module
+from units_lightning.data.datasets.images import RotatedClasses, TensorImages
+from units_lightning.data.datasets.omniglot import load_omniglot, omniglot_splits
 
 # The fake release: alphabets deliberately created out of order, to check sorting; evaluation alphabets
 # come after background ones even where their names sort earlier.

@@ -10,9 +10,9 @@ import torch
 from image_fakes import shared
 
 from units_lightning.data import CIFARFSDataModule, MiniImageNetDataModule, OmniglotDataModule
-from units_lightning.data.cifarfs import CIFARFS_CLASSES, load_cifarfs
-from units_lightning.data.miniimagenet import IMAGENET_MEAN, IMAGENET_STD, load_miniimagenet, read_split_csv
-from units_lightning.data.ood import load_ood
+from units_lightning.data.datasets.cifarfs import CIFARFS_CLASSES, load_cifarfs
+from units_lightning.data.datasets.miniimagenet import IMAGENET_MEAN, IMAGENET_STD, load_miniimagenet, read_split_csv
+from units_lightning.data.datasets.ood import load_ood
 from units_lightning.samplers import MultiQuerySampler
 
 SPLITS = ("train", "val", "test")
@@ -91,7 +91,7 @@ def test_an_episode_of_each_dataset(shared_cache, name, shape, n_way, k_shot, qu
 
 @pytest.mark.data
 def test_omniglot_gives_964_plus_659_characters(shared_cache):
-    from units_lightning.data.omniglot import load_omniglot
+    from units_lightning.data.datasets.omniglot import load_omniglot
 
     images, names = load_omniglot(shared("omniglot"), cache_dir=shared_cache)
     alphabets = [name.split("/")[0] for name in names]

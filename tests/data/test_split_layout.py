@@ -12,8 +12,8 @@ import torch
 from image_fakes import image_array, write_image, write_split_layout, zip_tree
 from PIL import Image
 
-from units_lightning.data import class_images
-from units_lightning.data.split_layout import find_split_sources, load_split_layout
+from units_lightning.data.datasets import class_images
+from units_lightning.data.datasets.split_layout import find_split_sources, load_split_layout
 
 CLASSES = {"train": ["cat", "ant", "bee"], "val": ["dog", "eel"], "test": ["fox", "gnu"]}
 # Index of each class in write_split_layout's colour scheme.

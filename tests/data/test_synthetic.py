@@ -8,8 +8,8 @@ import pickle
 import pytest
 import torch
 
-from units_lightning.data.images import FewShotImages, RotatedClasses
-from units_lightning.data.synthetic import (
+from units_lightning.data.datasets.images import FewShotImages, RotatedClasses
+from units_lightning.data.datasets.synthetic import (
     MAX_STROKES,
     SyntheticGlyphs,
     bezier_basis,
@@ -164,7 +164,7 @@ def test_rasteriser_matches_a_dense_distance_field():
     drawn = rasterise(points, active, width, size, max_width=2.8)
 
     # Reference: every pixel against every curve sample, no windows.
-    from units_lightning.data.synthetic import SAMPLES_PER_PIXEL
+    from units_lightning.data.datasets.synthetic import SAMPLES_PER_PIXEL
 
     basis = bezier_basis(max(8, math.ceil(SAMPLES_PER_PIXEL * size))).to(torch.float32)
     curves = bezier_curves(basis, points.to(torch.float32))  # (B, S, T, 2)

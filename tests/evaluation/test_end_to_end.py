@@ -11,7 +11,7 @@ from PIL import Image
 from tiny_setup import REPO
 
 from units_lightning.cli import cli_main
-from units_lightning.data.synthetic import SyntheticGlyphs
+from units_lightning.data.datasets.synthetic import SyntheticGlyphs
 
 QUICKSTART = str(REPO / "configs" / "quickstart.yaml")
 SMALL = [
@@ -67,8 +67,8 @@ def test_validation_logs_the_uncertainty_metrics(trained):
     header = metrics_file.read_text().splitlines()[0].split(",")
     for key in (
         "val/acc_ci95",
-        "val/acc_vacuity_below_0.2",
-        "val/coverage_vacuity_below_0.1",
+        "val/acc_vacuity_below_0p20",
+        "val/coverage_vacuity_below_0p10",
         "val/selective_acc_70",
         "val/aurc",
         "val/ece",

@@ -46,7 +46,7 @@ def test_ensemble_averages_the_logits_of_separately_adapted_members(checkpoints)
     torch.manual_seed(99)
     ensemble = tiny_model(ensemble=CheckpointEnsemble([str(folder / "step20.ckpt"), str(folder / "step30.ckpt")]))
     ensemble.load_ensemble()
-    assert len(ensemble.ensemble_members) == 2
+    assert len(ensemble.ensemble_engine) == 2
     assert torch.allclose(ensemble.adapt_and_predict(support_x, support_y, query_x), expected, atol=1e-6)
     assert set(ensemble.state_dict()) == set(tiny_model().state_dict())  # members live outside the model's state
 

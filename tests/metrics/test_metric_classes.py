@@ -5,12 +5,14 @@ import math
 import pytest
 import torch
 
+from units_lightning.belief import theorem_one_margin
 from units_lightning.metrics import (
     DetectionAUROC,
     ExpectedCalibrationError,
     RiskCoverage,
     ShiftMetrics,
     TaskMean,
+    TheoremOneCheck,
     UncertaintyMetrics,
     VacuityThresholdAccuracy,
 )
@@ -63,17 +65,38 @@ def test_uncertainty_metrics_report_and_stable_keys():
     assert results["vacuity"]["mean"] == pytest.approx(float(vacuity.mean()))
     assert sorted(metrics.scalars(results)) == [
         "acc_ci95",
-        "acc_vacuity_below_0.1",
-        "acc_vacuity_below_0.2",
+        "acc_vacuity_below_0p10",
+        "acc_vacuity_below_0p20",
         "aurc",
-        "coverage_vacuity_below_0.1",
-        "coverage_vacuity_below_0.2",
+        "coverage_vacuity_below_0p10",
+        "coverage_vacuity_below_0p20",
         "ece",
         "selective_acc_100",
         "selective_acc_50",
     ]
     metrics.reset()
     assert float(metrics.accuracy.count) == 0 and float(metrics.curve.total) == 0
+    with pytest.raises(ValueError, match="two decimals"):
+        UncertaintyMetrics(vacuity_thresholds=[0.201, 0.204])
+
+
+def test_theorem_one_check_counts_tasks_and_keeps_the_smallest_margin():
+    generator = torch.Generator().manual_seed(0)
+    parts = [(torch.rand(4, 5, generator=generator), torch.rand(4, 5, generator=generator)) for _ in range(3)]
+    check = TheoremOneCheck(atol=0.0)
+    for incorrect, dissonance in parts:
+        check.update(incorrect, dissonance)
+    margin = torch.cat([theorem_one_margin(i, d) for i, d in parts]).double()
+    holds, smallest = check.compute()
+    assert int(check.tasks) == 12 and int(check.holds) == int((margin >= 0).sum())
+    assert float(holds) == pytest.approx(float((margin >= 0).double().mean()))
+    assert float(smallest) == float(margin.min())
+    check.reset()
+    with pytest.warns(UserWarning, match="before the ``update``"):
+        holds, smallest = check.compute()
+    assert math.isnan(float(holds)) and math.isinf(float(smallest))
+    with pytest.raises(ValueError, match="atol"):
+        TheoremOneCheck(atol=-1.0)
 
 
 def test_shift_metrics_auroc_separates_clean_from_shifted():

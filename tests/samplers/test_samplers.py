@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 import torch
 
-from units_lightning.data.datamodule import EpisodeDataset
-from units_lightning.data.episode import EpisodeSpec
-from units_lightning.data.images import FewShotImages
+from units_lightning.data.datasets.images import FewShotImages
+from units_lightning.data.episodic import EpisodeDataset
+from units_lightning.episode import EpisodeSpec
 from units_lightning.samplers import MultiQuerySampler, RandomSampler, SingleTaskSelectionSampler, TaskSampler
 
 

@@ -1,7 +1,12 @@
-"""Callbacks that turn a run into the belief dashboard: one callback per file, each working with any logger.
+"""Every callback of the package, one per file, each working with any logger.
 
-``dashboard_callbacks()`` returns one of each; the ``units-lightning`` command adds them to every run
-(``--dashboard_callbacks false`` leaves them out). From Python::
+The belief dashboard (``ScheduleMonitor``, ``TheoremOneMonitor``, ``SelectionMonitor``, ``UncertaintyCurves``)
+reads the typed step outputs of ``units_lightning.outputs``; the run's files are written by ``SaveRunConfig``
+(``config.yaml``), ``ResultsWriter`` (``results.json`` after ``test``; ``UnitsMAML`` adds one to every trainer)
+and ``PredictionWriter`` (``predictions.csv`` after ``predict``).
+
+``dashboard_callbacks()`` returns one of each dashboard callback; the ``units-lightning`` command adds them to
+every run (``--dashboard_callbacks false`` leaves them out). From Python::
 
     trainer = pl.Trainer(callbacks=dashboard_callbacks(), inference_mode=False)
 """
@@ -10,21 +15,23 @@ from __future__ import annotations
 
 from lightning.pytorch.callbacks import Callback
 
+from units_lightning.callbacks.prediction_writer import PredictionWriter
+from units_lightning.callbacks.results_writer import ResultsWriter
 from units_lightning.callbacks.save_config import SaveRunConfig
 from units_lightning.callbacks.schedule_monitor import ScheduleMonitor
 from units_lightning.callbacks.selection_monitor import SelectionMonitor
-from units_lightning.callbacks.theorem_one import TheoremOneMonitor, theorem_one_margin
-from units_lightning.callbacks.uncertainty_curves import DEFAULT_VACUITY_THRESHOLDS, UncertaintyCurves
+from units_lightning.callbacks.theorem_one import TheoremOneMonitor
+from units_lightning.callbacks.uncertainty_curves import UncertaintyCurves
 
 __all__ = [
-    "DEFAULT_VACUITY_THRESHOLDS",
+    "PredictionWriter",
+    "ResultsWriter",
     "SaveRunConfig",
     "ScheduleMonitor",
     "SelectionMonitor",
     "TheoremOneMonitor",
     "UncertaintyCurves",
     "dashboard_callbacks",
-    "theorem_one_margin",
 ]
 
 

@@ -27,8 +27,3 @@ def step_values(outputs: Any, keys: Iterable[str], callback: str) -> Mapping[str
 def wandb_loggers(trainer: pl.Trainer) -> list[WandbLogger]:
     """The trainer's W&B loggers (there may be other loggers beside them)."""
     return [logger for logger in trainer.loggers if isinstance(logger, WandbLogger)]
-
-
-def threshold_key(threshold: float) -> str:
-    """``0.2`` -> ``"0p20"``: a threshold as a metric-name suffix without a dot (W&B reads dots as nesting)."""
-    return f"{threshold:.2f}".replace(".", "p")

@@ -8,6 +8,8 @@ from jsonargparse import Namespace
 from lightning.pytorch.cli import LightningArgumentParser, SaveConfigCallback
 from lightning.pytorch.loggers import WandbLogger
 
+from units_lightning.runs import run_directory
+
 __all__ = ["SaveRunConfig"]
 
 
@@ -16,7 +18,7 @@ class SaveRunConfig(SaveConfigCallback):
 
     Lightning's ``SaveConfigCallback`` writes ``config.yaml`` into ``trainer.log_dir``, which for ``WandbLogger``
     is the shared ``save_dir``: the next run overwrites it. This one writes it where the run's other files go
-    (``units_lightning.cli.run_directory``): the W&B run's ``files/`` folder (synced and uploaded with the run),
+    (``units_lightning.runs.run_directory``): the W&B run's ``files/`` folder (synced and uploaded with the run),
     the versioned folder of ``CSVLogger`` / ``TensorBoardLogger``, or ``default_root_dir`` without a logger.
     With a ``WandbLogger`` the whole config also goes into the run's config under ``cli`` (``cli.model.lr``,
     ``cli.data.init_args.n_way``, ...), so runs can be filtered and grouped by any option.
@@ -48,9 +50,6 @@ class SaveRunConfig(SaveConfigCallback):
         )
 
     def save_config(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        # Imported here: units_lightning.cli imports this module.
-        from units_lightning.cli import run_directory
-
         directory = run_directory(trainer)
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / self.config_filename

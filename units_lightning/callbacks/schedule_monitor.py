@@ -7,6 +7,7 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
+from units_lightning import keys
 from units_lightning.callbacks._shared import step_values
 
 __all__ = ["ScheduleMonitor"]
@@ -25,7 +26,7 @@ class ScheduleMonitor(Callback):
     ) -> None:
         values = step_values(outputs, ("lam", "eta"), type(self).__name__)
         pl_module.log_dict(
-            {"schedule/lambda": float(values["lam"]), "schedule/eta": float(values["eta"])},
+            {keys.SCHEDULE_LAMBDA: float(values["lam"]), keys.SCHEDULE_ETA: float(values["eta"])},
             on_step=True,
             on_epoch=False,
         )

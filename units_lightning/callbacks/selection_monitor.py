@@ -10,6 +10,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
+from units_lightning import keys
 from units_lightning.callbacks._shared import step_values, wandb_loggers
 
 __all__ = ["SelectionMonitor"]
@@ -69,12 +70,12 @@ class SelectionMonitor(Callback):
             chosen = pl_module.all_gather(chosen).flatten(0, 1)
         self._scores, self._chosen = [], []
         chosen_values, rejected_values = scores[chosen], scores[~chosen]
-        metrics = {f"selection/slot_win/{slot}": float(win) for slot, win in enumerate(chosen.float().mean(dim=0))}
+        metrics = {keys.slot_win(slot): float(win) for slot, win in enumerate(chosen.float().mean(dim=0))}
         for name, values in (("chosen", chosen_values), ("rejected", rejected_values)):
             if values.numel():
                 levels = torch.quantile(values.cpu().double(), torch.tensor(self.quantiles, dtype=torch.float64))
                 for q, level in zip(self.quantiles, levels, strict=True):
-                    metrics[f"selection/uncertainty_{name}_p{round(100 * q)}"] = float(level)
+                    metrics[keys.selection_quantile(name, round(100 * q))] = float(level)
         pl_module.log_dict(metrics, on_step=False, on_epoch=True)
         self._log_histograms(trainer, chosen_values, rejected_values)
 
@@ -93,7 +94,7 @@ class SelectionMonitor(Callback):
         for name, values in (("chosen", chosen_values), ("rejected", rejected_values)):
             if values.numel():  # shared bins, so that the two histograms line up
                 counts = np.histogram(values.cpu().double().numpy(), bins=self.histogram_bins, range=(low, high))
-                metrics[f"selection/uncertainty_{name}_hist"] = wandb.Histogram(np_histogram=counts)
+                metrics[keys.selection_histogram(name)] = wandb.Histogram(np_histogram=counts)
         for logger in loggers:
             logger.log_metrics(metrics, step=trainer.global_step)
 
@@ -101,4 +102,4 @@ class SelectionMonitor(Callback):
         ledger = getattr(pl_module, "ledger", None)
         if trainer.sanity_checking or ledger is None:
             return
-        pl_module.log("label_budget/query_sets", float(ledger.query_sets), on_step=False, on_epoch=True)
+        pl_module.log(keys.LABEL_BUDGET_QUERY_SETS, float(ledger.query_sets), on_step=False, on_epoch=True)

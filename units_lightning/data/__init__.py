@@ -1,6 +1,5 @@
 """Few-shot image data: class-indexed image collections and the episodic DataModules."""
 
-from units_lightning.data.datamodule import EpisodicDataModule
 from units_lightning.data.datamodules import (
     CIFARFSDataModule,
     FewShotImageFolderDataModule,
@@ -8,9 +7,10 @@ from units_lightning.data.datamodules import (
     OmniglotDataModule,
     SyntheticGlyphsDataModule,
 )
-from units_lightning.data.episode import EpisodeIndices, EpisodeSpec, SealedLabels, TaskBatch
-from units_lightning.data.folder_prediction import FolderPredictionDataModule
-from units_lightning.data.images import FewShotImages, RotatedClasses, TensorImages
+from units_lightning.data.datasets.images import FewShotImages, RotatedClasses, TensorImages
+from units_lightning.data.episodic import EpisodicDataModule
+from units_lightning.data.prediction import FolderPredictionDataModule
+from units_lightning.episode import EpisodeIndices, EpisodeSpec, SealedLabels, TaskBatch
 
 __all__ = [
     "CIFARFSDataModule",

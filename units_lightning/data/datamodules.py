@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from units_lightning.data.datamodule import EpisodicDataModule
-from units_lightning.data.images import FewShotImages, RotatedClasses
+from units_lightning.data.datasets.images import FewShotImages, RotatedClasses
+from units_lightning.data.episodic import EpisodicDataModule
 
 __all__ = [
     "CIFARFSDataModule",
@@ -47,7 +47,7 @@ class SyntheticGlyphsDataModule(EpisodicDataModule):
         self.image_shape = (1, image_size, image_size)
 
     def make_split(self, split: str) -> FewShotImages:
-        from units_lightning.data.synthetic import SyntheticGlyphs
+        from units_lightning.data.datasets.synthetic import SyntheticGlyphs
 
         return SyntheticGlyphs(
             split=split,
@@ -96,7 +96,7 @@ class OmniglotDataModule(EpisodicDataModule):
         self._all: dict[str, FewShotImages] | None = None
 
     def make_split(self, split: str) -> FewShotImages:
-        from units_lightning.data.omniglot import load_omniglot, omniglot_splits
+        from units_lightning.data.datasets.omniglot import load_omniglot, omniglot_splits
 
         if self._all is None:
             images, names = load_omniglot(
@@ -124,7 +124,7 @@ class CIFARFSDataModule(EpisodicDataModule):
             ``~/.cache/units-lightning``).
         image_size: side of the square images.
         mean: per-channel mean subtracted from the [0, 1] pixels; None (the authors' code) for none,
-            ``units_lightning.data.cifarfs.CIFAR100_MEAN`` for CIFAR-100's.
+            ``units_lightning.data.datasets.cifarfs.CIFAR100_MEAN`` for CIFAR-100's.
         std: per-channel standard deviation, given with ``mean``.
         **kwargs: the episode options of ``EpisodicDataModule`` (sampler, n_way, k_shot, ...).
     """
@@ -145,7 +145,7 @@ class CIFARFSDataModule(EpisodicDataModule):
         self.image_shape = (3, image_size, image_size)
 
     def make_split(self, split: str) -> FewShotImages:
-        from units_lightning.data.cifarfs import load_cifarfs
+        from units_lightning.data.datasets.cifarfs import load_cifarfs
 
         images = load_cifarfs(self.root, split, self.download, self.cache_dir, self.image_size)
         return images.as_split(split, mean=self.mean, std=self.std)
@@ -184,7 +184,7 @@ class MiniImageNetDataModule(EpisodicDataModule):
         self.image_shape = (3, image_size, image_size)
 
     def make_split(self, split: str) -> FewShotImages:
-        from units_lightning.data.miniimagenet import load_miniimagenet
+        from units_lightning.data.datasets.miniimagenet import load_miniimagenet
 
         images = load_miniimagenet(self.root, split, self.download, self.cache_dir, self.image_size)
         return images.as_split(split, mean=self.mean, std=self.std)
@@ -233,8 +233,8 @@ class FewShotImageFolderDataModule(EpisodicDataModule):
         self._classes: dict[str, list[int]] | None = None
 
     def make_split(self, split: str) -> FewShotImages:
-        from units_lightning.data.image_folder import load_image_folder, split_by_lists, split_by_ratios
-        from units_lightning.data.split_layout import load_split_layout
+        from units_lightning.data.datasets.image_folder import load_image_folder, split_by_lists, split_by_ratios
+        from units_lightning.data.datasets.split_layout import load_split_layout
 
         if self.split_spec == "folders":
             images = load_split_layout(self.root, split, self.image_shape, self.cache_dir, "image_folder")

@@ -11,7 +11,11 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from units_lightning.keys import ACC, VAL, stage_key
+
 __all__ = ["CheckpointEnsemble", "RankedCheckpoint", "checkpoint_score", "load_engines"]
+
+VAL_ACC = stage_key(VAL, ACC)
 
 
 @dataclass(frozen=True)
@@ -28,7 +32,7 @@ def _load(path: Path) -> dict[str, Any]:
     return torch.load(path, map_location="cpu", weights_only=False)
 
 
-def checkpoint_score(checkpoint: dict[str, Any], monitor: str = "val/acc") -> float | None:
+def checkpoint_score(checkpoint: dict[str, Any], monitor: str = VAL_ACC) -> float | None:
     """The score of ``monitor`` that a ``ModelCheckpoint`` callback recorded when saving this checkpoint.
 
     Args:
@@ -71,7 +75,7 @@ class CheckpointEnsemble:
         self,
         checkpoints: str | Sequence[str],
         top_k: int | None = None,
-        monitor: str = "val/acc",
+        monitor: str = VAL_ACC,
         mode: Literal["max", "min"] = "max",
     ):
         if top_k is not None and top_k < 1:

@@ -17,8 +17,8 @@ from torch import Tensor
 from torchvision.transforms.v2 import InterpolationMode
 from torchvision.transforms.v2 import functional as TF
 
-from units_lightning.data.images import FewShotImages
-from units_lightning.data.ood import load_ood
+from units_lightning.data.datasets.images import FewShotImages
+from units_lightning.data.datasets.ood import load_ood
 
 __all__ = ["ForeignQueries", "QueryShift", "Rotation", "Scale", "match_image_shape"]
 
@@ -167,7 +167,7 @@ class ForeignQueries(QueryShift):
 
     Args:
         datasets: names of the foreign datasets (levels), e.g. ``["mnist"]``; each is loaded from ``root`` by
-            ``units_lightning.data.ood.load_ood`` unless given in ``images``.
+            ``units_lightning.data.datasets.ood.load_ood`` unless given in ``images``.
         root: folder with the out-of-distribution archives (e.g. ``mnist_test.zip``).
         images: ready collections by name (Python use and tests), instead of loading.
         cache_dir: where decoded images are cached (default: ``$UNITS_LIGHTNING_CACHE``).

@@ -5,6 +5,7 @@ from units_lightning.metrics.calibration import ExpectedCalibrationError
 from units_lightning.metrics.risk_coverage import RiskCoverage
 from units_lightning.metrics.shift import ShiftMetrics
 from units_lightning.metrics.task_mean import TaskMean
+from units_lightning.metrics.theorem_one import TheoremOneCheck
 from units_lightning.metrics.uncertainty import UncertaintyMetrics
 from units_lightning.metrics.vacuity_threshold import VacuityThresholdAccuracy
 
@@ -14,6 +15,7 @@ __all__ = [
     "RiskCoverage",
     "ShiftMetrics",
     "TaskMean",
+    "TheoremOneCheck",
     "UncertaintyMetrics",
     "VacuityThresholdAccuracy",
 ]

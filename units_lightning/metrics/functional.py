@@ -17,9 +17,10 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from units_lightning.keys import REPORTED_VACUITY_THRESHOLDS
+
 __all__ = [
     "DEFAULT_COVERAGES",
-    "DEFAULT_VACUITY_THRESHOLDS",
     "area_under_risk_coverage",
     "auroc",
     "calibration_bins",
@@ -32,8 +33,6 @@ __all__ = [
     "threshold_curve",
 ]
 
-DEFAULT_VACUITY_THRESHOLDS = (0.1, 0.2)
-"""The paper's "Units-ML 0.1 / 0.2" rows: accuracy of the queries whose vacuity is below these."""
 DEFAULT_COVERAGES = (1.0, 0.7, 0.6, 0.5)
 """Fractions of the most confident queries whose accuracy is reported (selective accuracy)."""
 
@@ -90,7 +89,7 @@ def threshold_accuracy(correct: Tensor, uncertainty: Tensor, threshold: float) -
     return accuracy[0], coverage[0]
 
 
-def curve_thresholds(extra: Sequence[float] = DEFAULT_VACUITY_THRESHOLDS, step: float = 0.05) -> list[float]:
+def curve_thresholds(extra: Sequence[float] = REPORTED_VACUITY_THRESHOLDS, step: float = 0.05) -> list[float]:
     """A grid ``step, 2 step, ..., 1`` for the whole threshold curve, merged with the ``extra`` thresholds.
 
     Example:

@@ -9,16 +9,15 @@ from typing import Any
 from torch import Tensor, nn
 from torchmetrics import Metric
 
+from units_lightning import keys
+from units_lightning.keys import BELIEFS, REPORTED_VACUITY_THRESHOLDS
 from units_lightning.metrics.calibration import ExpectedCalibrationError
-from units_lightning.metrics.functional import DEFAULT_COVERAGES, DEFAULT_VACUITY_THRESHOLDS, curve_thresholds
+from units_lightning.metrics.functional import DEFAULT_COVERAGES, curve_thresholds
 from units_lightning.metrics.risk_coverage import RiskCoverage
 from units_lightning.metrics.task_mean import TaskMean
 from units_lightning.metrics.vacuity_threshold import VacuityThresholdAccuracy
 
-__all__ = ["BELIEFS", "UncertaintyMetrics", "metric_key", "synced_count"]
-
-BELIEFS = ("vacuity", "dissonance", "incorrect_belief", "correct_belief")
-"""Per-query beliefs averaged over tasks (the paper's vacuous, conflicting, incorrect and correct belief)."""
+__all__ = ["UncertaintyMetrics", "synced_count"]
 
 
 def _number(value: Tensor | float) -> float | None:
@@ -31,18 +30,6 @@ def synced_count(metric: Metric, state: str = "count") -> int:
     """A count state of ``metric`` summed over processes (read outside ``compute``, which syncs by itself)."""
     with metric.sync_context():
         return int(getattr(metric, state))
-
-
-def metric_key(kind: str, value: float) -> str:
-    """The stable logged name of a thresholded or selective quantity.
-
-    Example:
-        >>> metric_key("acc_vacuity_below", 0.2), metric_key("selective_acc", 0.7)
-        ('acc_vacuity_below_0.2', 'selective_acc_70')
-    """
-    if kind == "selective_acc":
-        return f"{kind}_{round(100 * value)}"
-    return f"{kind}_{value:g}"
 
 
 class UncertaintyMetrics(nn.Module):
@@ -61,7 +48,7 @@ class UncertaintyMetrics(nn.Module):
 
     def __init__(
         self,
-        vacuity_thresholds: Sequence[float] = DEFAULT_VACUITY_THRESHOLDS,
+        vacuity_thresholds: Sequence[float] = REPORTED_VACUITY_THRESHOLDS,
         coverages: Sequence[float] = DEFAULT_COVERAGES,
         calibration_bins: int = 15,
         curve_step: float = 0.05,
@@ -69,6 +56,8 @@ class UncertaintyMetrics(nn.Module):
         super().__init__()
         self.vacuity_thresholds = [float(t) for t in vacuity_thresholds]
         self.coverages = [float(c) for c in coverages]
+        if len({keys.threshold_suffix(t) for t in self.vacuity_thresholds}) != len(self.vacuity_thresholds):
+            raise ValueError(f"vacuity_thresholds must differ in their first two decimals, got {vacuity_thresholds}")
         self.accuracy = TaskMean()
         self.beliefs = nn.ModuleDict({name: TaskMean() for name in BELIEFS})
         self.curve = VacuityThresholdAccuracy(curve_thresholds(self.vacuity_thresholds, curve_step))
@@ -138,16 +127,17 @@ class UncertaintyMetrics(nn.Module):
     def scalars(self, results: Mapping[str, Any]) -> dict[str, float]:
         """The single numbers of ``compute()``'s results under their stable logged names (``None`` as nan).
 
-        ``acc_ci95``, ``acc_vacuity_below_<t>``, ``coverage_vacuity_below_<t>``, ``selective_acc_<T>``,
-        ``aurc``, ``ece`` (the means of accuracy and beliefs are logged by the module's steps already).
+        ``acc_ci95``, ``acc_vacuity_below_<t>``, ``coverage_vacuity_below_<t>`` (``<t>`` as ``0p20``),
+        ``selective_acc_<pct>``, ``aurc``, ``ece`` (names of ``units_lightning.keys``; the means of accuracy and
+        beliefs are logged by the module's steps already).
         """
-        values: dict[str, float | None] = {"acc_ci95": results["accuracy"]["ci95"]}
+        values: dict[str, float | None] = {keys.ACC_CI95: results["accuracy"]["ci95"]}
         for row in results["vacuity_thresholds"]:
-            values[metric_key("acc_vacuity_below", row["threshold"])] = row["accuracy"]
-            values[metric_key("coverage_vacuity_below", row["threshold"])] = row["coverage"]
+            values[keys.acc_vacuity_below(row["threshold"])] = row["accuracy"]
+            values[keys.coverage_vacuity_below(row["threshold"])] = row["coverage"]
         for row in results["selective_accuracy"]:
-            values[metric_key("selective_acc", row["coverage"])] = row["accuracy"]
-        values["aurc"], values["ece"] = results["aurc"], results["ece"]
+            values[keys.selective_acc(row["coverage"])] = row["accuracy"]
+        values[keys.AURC], values[keys.ECE] = results["aurc"], results["ece"]
         return {k: math.nan if v is None else v for k, v in values.items()}
 
     def reset(self) -> None:

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from units_lightning.data.episode import EpisodeIndices, EpisodeSpec
+from units_lightning.episode import EpisodeIndices, EpisodeSpec
 
 __all__ = ["TaskSampler"]
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from units_lightning.data.class_images import ImageSource, load_class_images
-from units_lightning.data.images import TensorImages
+from units_lightning.data.datasets.class_images import ImageSource, load_class_images
+from units_lightning.data.datasets.images import TensorImages
 
 # name -> zip file of the set; its entries are <name>/<class>/<image>.
 OOD_SETS = {

@@ -1,10 +1,14 @@
-"""The report writer: results.json, PNG plots, and W&B tables and images."""
+"""The test results: results.json, PNG plots, W&B tables and images, written after every test run."""
 
 import json
 
 from PIL import Image
+from tiny_setup import tiny_data, tiny_model, tiny_trainer
 
-from units_lightning.evaluation.report import format_results, write_report
+from units_lightning.callbacks import ResultsWriter
+from units_lightning.evaluation import Rotation
+from units_lightning.evaluation.results import format_results, write_results
+from units_lightning.samplers import RandomSampler
 
 
 def _results():
@@ -60,11 +64,11 @@ class FakeRun:
         self.logged.append(payload)
 
 
-def test_write_report_files_and_wandb_payload(tmp_path):
+def test_write_results_files_and_wandb_payload(tmp_path):
     import wandb
 
     run = FakeRun()
-    path = write_report(_results(), tmp_path / "run", wandb_run=run)
+    path = write_results(_results(), tmp_path / "run", wandb_run=run)
     written = json.loads(path.read_text())
     assert written["plots"] == {
         "vacuity_threshold": "accuracy_vs_vacuity_threshold.png",
@@ -92,7 +96,7 @@ def test_format_results_names_the_numbers():
 def test_prediction_rows_for_episodic_tasks_name_positions_and_class_ids():
     import torch
 
-    from units_lightning.evaluation.prediction_writer import prediction_rows
+    from units_lightning.callbacks.prediction_writer import prediction_rows
 
     output = {
         "prediction": torch.tensor([[1, 0]]),
@@ -105,3 +109,31 @@ def test_prediction_rows_for_episodic_tasks_name_positions_and_class_ids():
     assert [r["query"] for r in rows] == ["batch0/task0/query0", "batch0/task0/query1"]
     assert [r["predicted"] for r in rows] == ["3", "7"] and [r["abstain"] for r in rows] == [False, True]
     assert rows[0]["probabilities"] == {"7": 0.2, "3": 0.8}
+
+
+def test_trainer_test_from_python_writes_results_and_plots(tmp_path, capsys):
+    data = tiny_data(RandomSampler(tasks=2))
+    model = tiny_model(sampler=data.sampler, query_shifts=[Rotation([0, 90])])
+    tiny_trainer(tmp_path, inference_mode=True).test(model, data, verbose=False)
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["tasks"] == 4 and 0.0 <= results["accuracy"]["mean"] <= 1.0
+    assert results["task"] == {"n_way": 5, "k_shot": 1, "query_shots": 2} and results["checkpoint"] is None
+    assert [row["name"] for row in results["ood"]["rotation"]] == ["rotation_0", "rotation_90"]
+    assert results["plots"] == {
+        "vacuity_threshold": "accuracy_vs_vacuity_threshold.png",
+        "rotation": "ood_rotation.png",
+    }
+    for name in results["plots"].values():
+        assert Image.open(tmp_path / name).size[0] > 100
+    assert "units-lightning test report" in capsys.readouterr().out
+
+
+def test_a_results_writer_of_the_trainer_is_kept_not_doubled(tmp_path):
+    data = tiny_data(RandomSampler(tasks=2))
+    model = tiny_model(sampler=data.sampler, query_shifts=[])
+    writer = ResultsWriter(output_dir=str(tmp_path / "elsewhere"), verbose=False)
+    trainer = tiny_trainer(tmp_path, inference_mode=True, callbacks=[writer])
+    trainer.test(model, data, verbose=False)
+    assert [c for c in trainer.callbacks if isinstance(c, ResultsWriter)] == [writer]
+    assert writer.path == tmp_path / "elsewhere" / "results.json" and writer.path.is_file()
+    assert not (tmp_path / "results.json").exists()

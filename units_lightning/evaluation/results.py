@@ -1,4 +1,4 @@
-"""The test report: ``results.json``, PNG plots and (with a W&B logger) W&B tables and images."""
+"""The test results: ``results.json``, PNG plots and (with a W&B logger) W&B tables and images."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["format_results", "plot_shift", "plot_threshold_curve", "write_report"]
+__all__ = ["format_results", "plot_shift", "plot_threshold_curve", "write_results"]
 
 RESULTS_FILE = "results.json"
 THRESHOLD_PLOT = "accuracy_vs_vacuity_threshold.png"
@@ -129,7 +129,7 @@ def format_results(results: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_report(results: dict[str, Any], directory: str | Path, wandb_run: Any | None = None) -> Path:
+def write_results(results: dict[str, Any], directory: str | Path, wandb_run: Any | None = None) -> Path:
     """Write ``results.json`` and the plots into ``directory``; log tables and images to ``wandb_run`` if given.
 
     Args:

@@ -1,17 +1,18 @@
-"""Draw the dashboard's charts (``units_lightning.charts``) from a run's logged rows with matplotlib."""
+"""Draw the dashboard's charts (``charts.py``) from a run's logged rows with matplotlib."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from units_lightning.charts import EPOCH, STEP, Chart, threshold_from_key
-from units_lightning.report.sources import finite
+from units_lightning.dashboard.charts import EPOCH, STEP, Chart
+from units_lightning.dashboard.run_log import finite
+from units_lightning.keys import LABEL_BUDGET_QUERY_SETS, threshold_from_key
 
 __all__ = ["draw"]
 
 _LINE_STYLES = ("-", "--", "-.", ":")
-_X_LABEL = {STEP: "training step", EPOCH: "epoch (from 0)", "label_budget/query_sets": "labeled query sets"}
+_X_LABEL = {STEP: "training step", EPOCH: "epoch (from 0)", LABEL_BUDGET_QUERY_SETS: "labeled query sets"}
 
 
 def _figure() -> tuple[Any, Any]:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from PIL import Image
 
-from units_lightning.data.class_images import ClassImages, ImageSource, load_class_images
-from units_lightning.data.decode import DEFAULT_RESAMPLE
+from units_lightning.data.datasets.class_images import ClassImages, ImageSource, load_class_images
+from units_lightning.data.io.decode import DEFAULT_RESAMPLE
 
 SPLIT_NAMES = ("train", "val", "test")
 # Folder and zip names that count as each split (learn2learn and others say "validation").

@@ -20,18 +20,18 @@ import torch
 from PIL import Image
 from torch import Tensor
 
-from units_lightning.data.archive import default_cache_dir, open_zip
-from units_lightning.data.decode import decode_image
-from units_lightning.data.files import (
+from units_lightning.data.datasets.images import FewShotImages, RotatedClasses, TensorImages
+from units_lightning.data.io.archive import default_cache_dir, open_zip
+from units_lightning.data.io.decode import decode_image
+from units_lightning.data.io.files import (
     ImageFile,
     fingerprint,
     list_folder_images,
     list_zip_images,
     read_image_bytes,
 )
-from units_lightning.data.images import FewShotImages, RotatedClasses, TensorImages
-from units_lightning.data.tensor_cache import cache_key as hash_description
-from units_lightning.data.tensor_cache import read_cache, write_cache
+from units_lightning.data.io.tensor_cache import cache_key as hash_description
+from units_lightning.data.io.tensor_cache import read_cache, write_cache
 
 OMNIGLOT_SETS = ("images_background", "images_evaluation")
 TORCHVISION_FOLDER = "omniglot-py"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from units_lightning.data.class_images import ClassImages, ImageSource, load_class_images
-from units_lightning.data.split_layout import SPLIT_NAMES
+from units_lightning.data.datasets.class_images import ClassImages, ImageSource, load_class_images
+from units_lightning.data.datasets.split_layout import SPLIT_NAMES
 
 DEFAULT_SPLIT_RATIOS = (0.64, 0.16, 0.2)  # CIFAR-FS's and mini-ImageNet's 64 / 16 / 20 classes of 100
 

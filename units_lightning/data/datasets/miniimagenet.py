@@ -22,9 +22,9 @@ import numpy as np
 import torch
 from PIL import Image
 
-from units_lightning.data.class_images import ClassImages, load_labelled_images
-from units_lightning.data.files import ImageFile, fingerprint
-from units_lightning.data.split_layout import SPLIT_NAMES, has_split_layout, load_split_layout, split_locations
+from units_lightning.data.datasets.class_images import ClassImages, load_labelled_images
+from units_lightning.data.datasets.split_layout import SPLIT_NAMES, has_split_layout, load_split_layout, split_locations
+from units_lightning.data.io.files import ImageFile, fingerprint
 
 # ImageNet channel statistics, as the authors' code (and MAML++'s) normalises mini-ImageNet.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -127,7 +127,7 @@ def read_learn2learn_pickle(path: Path, image_size: int) -> ClassImages:
         ValueError: the file is not in that format.
         pickle.UnpicklingError: the pickle needs anything but numpy arrays and plain containers.
     """
-    from units_lightning.data.array_pickle import load_array_pickle
+    from units_lightning.data.io.array_pickle import load_array_pickle
 
     content = load_array_pickle(path)
     if not isinstance(content, dict) or not {"image_data", "class_dict"} <= set(content):

@@ -1,5 +1,6 @@
-"""The belief dashboard as data: which charts, over which logged keys. The W&B workspace (``dashboard.py``) and
-the offline ``report`` both draw from this one list, so the two views cannot drift apart."""
+"""The belief dashboard as data: which charts, over which logged keys. The W&B workspace (``workspace.py``) and
+the offline report (``report.py``) both draw from this one list, so the two views cannot drift apart. The keys
+are those of ``units_lightning.keys``."""
 
 from __future__ import annotations
 
@@ -8,16 +9,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from units_lightning.callbacks._shared import threshold_key
-from units_lightning.callbacks.uncertainty_curves import DEFAULT_VACUITY_THRESHOLDS
+from units_lightning import keys
+from units_lightning.keys import TRAIN, VAL, VAL_CURVE, stage_key
 
-__all__ = ["CHARTS", "STEP", "EPOCH", "Chart", "charts", "threshold_from_key"]
+__all__ = ["CHARTS", "STEP", "EPOCH", "Chart", "charts"]
 
 STEP = "step"  # the trainer's global step (W&B: trainer/global_step)
 EPOCH = "epoch"
-
-_BELIEFS = ("vacuity", "dissonance", "incorrect_belief", "correct_belief")
-_THRESHOLD_KEY = re.compile(r"_at_vacuity_(\d+)p(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -60,25 +58,18 @@ def _natural(key: str) -> tuple:
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", key))
 
 
-def threshold_from_key(key: str) -> float:
-    """``val_curve/acc_at_vacuity_0p20`` -> 0.2."""
-    match = _THRESHOLD_KEY.search(key)
-    if match is None:
-        raise ValueError(f"{key!r} names no vacuity threshold")
-    return float(f"{match.group(1)}.{match.group(2)}")
-
-
-def charts(thresholds: Iterable[float] = DEFAULT_VACUITY_THRESHOLDS) -> tuple[Chart, ...]:
+def charts(thresholds: Iterable[float] = keys.CURVE_VACUITY_THRESHOLDS) -> tuple[Chart, ...]:
     """The dashboard's charts, for the vacuity thresholds ``UncertaintyCurves`` logs."""
-    suffixes = [threshold_key(t) for t in sorted(thresholds)]
-    accuracy = tuple(f"val_curve/acc_at_vacuity_{s}" for s in suffixes)
-    coverage = tuple(f"val_curve/coverage_at_vacuity_{s}" for s in suffixes)
+    thresholds = sorted(thresholds)
+    accuracy = tuple(stage_key(VAL_CURVE, keys.acc_vacuity_below(t)) for t in thresholds)
+    coverage = tuple(stage_key(VAL_CURVE, keys.coverage_vacuity_below(t)) for t in thresholds)
     belief_range = (0.0, 1.0)
+    sides = ("chosen", "rejected")
     return (
         Chart(
             "Belief trends",
             "Training beliefs per epoch (Figure 3a)",
-            tuple(f"train/{b}_epoch" for b in _BELIEFS),
+            tuple(keys.epoch_key(stage_key(TRAIN, b)) for b in keys.BELIEFS),
             x=EPOCH,
             y_label="mean over labeled query sets",
             y_range=belief_range,
@@ -86,7 +77,7 @@ def charts(thresholds: Iterable[float] = DEFAULT_VACUITY_THRESHOLDS) -> tuple[Ch
         Chart(
             "Belief trends",
             "Validation beliefs per epoch (Figure 3b)",
-            tuple(f"val/{b}" for b in _BELIEFS),
+            tuple(stage_key(VAL, b) for b in keys.BELIEFS),
             x=EPOCH,
             y_label="mean over validation tasks",
             y_range=belief_range,
@@ -94,7 +85,7 @@ def charts(thresholds: Iterable[float] = DEFAULT_VACUITY_THRESHOLDS) -> tuple[Ch
         Chart(
             "Belief trends",
             "Tasks where Theorem 1 holds (ib >= cb / 2)",
-            ("train/theorem1_holds", "val/theorem1_holds"),
+            (keys.theorem1_holds(TRAIN), keys.theorem1_holds(VAL)),
             x=EPOCH,
             y_label="fraction of tasks (must be 1)",
             y_range=(0.0, 1.05),
@@ -102,44 +93,49 @@ def charts(thresholds: Iterable[float] = DEFAULT_VACUITY_THRESHOLDS) -> tuple[Ch
         Chart(
             "Belief trends",
             "Theorem 1 slack: min over tasks of ib - cb / 2",
-            ("train/theorem1_margin", "val/theorem1_margin"),
+            (keys.theorem1_margin(TRAIN), keys.theorem1_margin(VAL)),
             x=EPOCH,
             y_label="ib - cb / 2 (>= 0 where it holds)",
         ),
         Chart(
-            "Belief trends", "Accuracy", ("train/acc_epoch", "val/acc"), x=EPOCH, y_label="accuracy", y_range=(0.0, 1.0)
+            "Belief trends",
+            "Accuracy",
+            (keys.epoch_key(stage_key(TRAIN, keys.ACC)), stage_key(VAL, keys.ACC)),
+            x=EPOCH,
+            y_label="accuracy",
+            y_range=(0.0, 1.0),
         ),
-        Chart("Schedules", "lambda: weight of vacuity in the task score", ("schedule/lambda",), y_label="lambda"),
-        Chart("Schedules", "eta: weight of the incorrect-belief regulariser", ("schedule/eta",), y_label="eta"),
+        Chart("Schedules", "lambda: weight of vacuity in the task score", (keys.SCHEDULE_LAMBDA,), y_label="lambda"),
+        Chart("Schedules", "eta: weight of the incorrect-belief regulariser", (keys.SCHEDULE_ETA,), y_label="eta"),
         Chart(
             "Selection",
             "Task uncertainty of chosen vs rejected query sets (step means)",
-            ("selection/uncertainty_chosen_step", "selection/uncertainty_rejected_step"),
+            tuple(keys.step_key(keys.selection_uncertainty(side)) for side in sides),
             y_label="task uncertainty",
         ),
         Chart(
             "Selection",
             "Task uncertainty quantiles, chosen vs rejected (per epoch)",
-            tuple(f"selection/uncertainty_{w}_p{q}" for w in ("chosen", "rejected") for q in (10, 50, 90)),
+            tuple(keys.selection_quantile(side, q) for side in sides for q in (10, 50, 90)),
             x=EPOCH,
             y_label="task uncertainty",
         ),
         Chart(
             "Selection",
             "Task uncertainty of chosen query sets (histograms)",
-            ("selection/uncertainty_chosen_hist",),
+            (keys.selection_histogram("chosen"),),
             kind="histogram",
         ),
         Chart(
             "Selection",
             "Task uncertainty of rejected query sets (histograms)",
-            ("selection/uncertainty_rejected_hist",),
+            (keys.selection_histogram("rejected"),),
             kind="histogram",
         ),
         Chart(
             "Selection",
             "How often each query-set slot is labeled",
-            y_pattern=r"selection/slot_win/\d+",
+            y_pattern=keys.SLOT_WIN_PATTERN,
             x=EPOCH,
             y_label="fraction of tasks",
             y_range=(0.0, 1.0),
@@ -147,15 +143,15 @@ def charts(thresholds: Iterable[float] = DEFAULT_VACUITY_THRESHOLDS) -> tuple[Ch
         Chart(
             "Label budget",
             "Validation accuracy vs labeled query sets (label-budget curve)",
-            ("val/acc",),
-            x="label_budget/query_sets",
+            (stage_key(VAL, keys.ACC),),
+            x=keys.LABEL_BUDGET_QUERY_SETS,
             y_label="validation accuracy",
             y_range=(0.0, 1.0),
         ),
         Chart(
             "Label budget",
             "Labels spent",
-            ("labels/query_sets", "labels/query_images", "labels/support_images"),
+            (keys.LABELS_QUERY_SETS, keys.LABELS_QUERY_IMAGES, keys.LABELS_SUPPORT_IMAGES),
             y_label="labels",
         ),
         Chart(

@@ -1,4 +1,9 @@
-"""Render a run's dashboard charts to PNG files and one HTML page with the images embedded."""
+"""``units-lightning report RUN_DIR``: the belief dashboard drawn offline, as PNGs and one self-contained HTML page.
+
+For users without a W&B account, or offline: the charts of ``charts.py`` (the same the W&B workspace shows)
+drawn from the run's own logs, whichever logger wrote them (an offline W&B run, ``CSVLogger``'s ``metrics.csv``
+or TensorBoard event files; see ``run_log.py``).
+"""
 
 from __future__ import annotations
 
@@ -10,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from units_lightning.charts import CHARTS, Chart
-from units_lightning.report.plots import draw
-from units_lightning.report.sources import read_log
+from units_lightning.dashboard.charts import CHARTS, Chart
+from units_lightning.dashboard.plots import draw
+from units_lightning.dashboard.run_log import read_log
 
 __all__ = ["Report", "build_report", "main"]
 
@@ -40,7 +45,7 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, charts:
     """Draw every chart the run's logs allow into ``out_dir`` (default ``RUN_DIR/report``).
 
     Args:
-        run_dir: a run folder (or a folder above it, or the log file itself); see ``sources.find_log``.
+        run_dir: a run folder (or a folder above it, or the log file itself); see ``run_log.find_log``.
         out_dir: where ``report.html`` and the PNGs go.
         charts: which charts (default: the dashboard's).
 

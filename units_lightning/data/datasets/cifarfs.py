@@ -15,8 +15,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from units_lightning.data.class_images import ClassImages
-from units_lightning.data.split_layout import SPLIT_NAMES, has_split_layout, load_split_layout, split_locations
+from units_lightning.data.datasets.class_images import ClassImages
+from units_lightning.data.datasets.split_layout import SPLIT_NAMES, has_split_layout, load_split_layout, split_locations
 
 CIFARFS_CLASSES: dict[str, tuple[str, ...]] = {
     "train": (

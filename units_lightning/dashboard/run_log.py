@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from units_lightning.wandb_offline import read_history
+from units_lightning.dashboard.wandb_offline import read_history
 
 __all__ = ["RunLog", "find_log", "read_log"]
 

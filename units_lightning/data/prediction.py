@@ -10,8 +10,8 @@ from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from units_lightning.data.datamodule import EpisodicDataModule
-from units_lightning.data.episode import SealedLabels, TaskBatch
+from units_lightning.data.episodic import EpisodicDataModule
+from units_lightning.episode import SealedLabels, TaskBatch
 
 __all__ = ["FolderPredictionDataModule", "load_image"]
 

@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from units_lightning.charts import CHARTS, EPOCH, STEP, Chart
+from units_lightning.dashboard.charts import CHARTS, EPOCH, STEP, Chart
 
 __all__ = ["DEFAULT_NAME", "build_workspace", "main", "panel_keys"]
 

@@ -29,18 +29,21 @@ def test_batches_have_the_promised_shapes_and_sealed_labels():
 
 def test_stream_continues_at_the_global_step_across_epochs_and_resume(tmp_path):
     uninterrupted = RecordSteps()
+    data = tiny_data(RandomSampler(tasks=2))
     tiny_trainer(tmp_path, max_steps=6, limit_train_batches=2, callbacks=[uninterrupted]).fit(
-        tiny_model(), tiny_data(RandomSampler(tasks=2))
+        tiny_model(sampler=data.sampler), data
     )
     assert uninterrupted.steps == [0, 1, 2, 3, 4, 5]
 
     checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, every_n_train_steps=1)
+    data = tiny_data(RandomSampler(tasks=2))
     tiny_trainer(tmp_path, max_steps=3, limit_train_batches=2, callbacks=[checkpoint], enable_checkpointing=True).fit(
-        tiny_model(), tiny_data(RandomSampler(tasks=2))
+        tiny_model(sampler=data.sampler), data
     )
     resumed = RecordSteps()
+    data = tiny_data(RandomSampler(tasks=2))
     tiny_trainer(tmp_path, max_steps=6, limit_train_batches=2, callbacks=[resumed]).fit(
-        tiny_model(), tiny_data(RandomSampler(tasks=2)), ckpt_path=tmp_path / "ckpt" / "last.ckpt"
+        tiny_model(sampler=data.sampler), data, ckpt_path=tmp_path / "ckpt" / "last.ckpt"
     )
     assert resumed.steps == [3, 4, 5]
     for a, b in zip(resumed.classes, uninterrupted.classes[3:], strict=True):
@@ -116,4 +119,4 @@ def test_corrupt_image_is_named_before_training(tmp_path):
         root=str(tmp_path / "root"), cache_dir=str(tmp_path / "cache"), n_way=2, split_sizes=(2, 1, 1)
     )
     with pytest.raises(ValueError, match=r"character01.02\.png"):
-        tiny_trainer(tmp_path).fit(tiny_model(n_way=2, image_shape=(1, 28, 28)), data)
+        tiny_trainer(tmp_path).fit(tiny_model(n_way=2, image_shape=(1, 28, 28), sampler=data.sampler), data)

@@ -11,6 +11,8 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import BasePredictionWriter
 
+from units_lightning.runs import run_directory
+
 __all__ = ["PredictionWriter", "prediction_rows"]
 
 PREDICTIONS_CSV = "predictions.csv"
@@ -115,8 +117,6 @@ class PredictionWriter(BasePredictionWriter):
         if self.output_dir is not None:
             directory = Path(self.output_dir)
         else:
-            from units_lightning.cli import run_directory  # the CLI imports this module
-
             directory = run_directory(trainer)
         directory.mkdir(parents=True, exist_ok=True)
         self._write(directory)

@@ -9,8 +9,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from units_lightning.data.episode import EpisodeIndices, EpisodeSpec, SealedLabels, TaskBatch
-from units_lightning.data.images import FewShotImages
+from units_lightning.data.datasets.images import FewShotImages
+from units_lightning.episode import EpisodeIndices, EpisodeSpec, SealedLabels, TaskBatch
 from units_lightning.samplers.base import TaskSampler
 from units_lightning.samplers.random import RandomSampler
 

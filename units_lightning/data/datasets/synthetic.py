@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from units_lightning.data.images import FewShotImages
+from units_lightning.data.datasets.images import FewShotImages
 
 # First global class id of each split; a split may hold at most CLASS_ID_STRIDE classes.
 CLASS_ID_STRIDE = 100_000

@@ -1,0 +1,40 @@
+"""The belief dashboard: one list of charts, drawn as a W&B workspace or offline as PNGs and an HTML page.
+
+* ``charts``: the dashboard as data (``Chart``, ``CHARTS``; ``charts.charts(thresholds)`` for another threshold
+  grid): which charts, over which logged keys (``units_lightning.keys``). Both views below draw from it, so they
+  cannot drift apart.
+* ``workspace``: the charts as a saved W&B workspace (``wandb-workspaces``); ``workspace.main`` is the
+  ``units-lightning dashboard`` command.
+* ``report``: the charts drawn from a run's own logs to PNG files and one self-contained ``report.html``;
+  ``report.main`` is the ``units-lightning report`` command.
+* ``plots``: one chart as a matplotlib figure (used by ``report``).
+* ``run_log``: a run's logged rows read back from an offline W&B run, ``CSVLogger``'s ``metrics.csv`` or
+  TensorBoard event files.
+* ``wandb_offline``: the reader of offline W&B run files (``run-<id>.wandb``).
+
+The dashboard reads logged keys only: it imports neither the callbacks that log them nor the module.
+"""
+
+from units_lightning.dashboard.charts import CHARTS, EPOCH, STEP, Chart
+from units_lightning.dashboard.report import Report, build_report
+from units_lightning.dashboard.run_log import RunLog, find_log, read_log
+from units_lightning.dashboard.wandb_offline import find_offline_runs, read_history, read_records
+from units_lightning.dashboard.workspace import DEFAULT_NAME, build_workspace, panel_keys
+
+__all__ = [
+    "CHARTS",
+    "DEFAULT_NAME",
+    "EPOCH",
+    "STEP",
+    "Chart",
+    "Report",
+    "RunLog",
+    "build_report",
+    "build_workspace",
+    "find_log",
+    "find_offline_runs",
+    "panel_keys",
+    "read_history",
+    "read_log",
+    "read_records",
+]
