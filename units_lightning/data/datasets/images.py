@@ -148,6 +148,7 @@ class RotatedClasses(FewShotImages):
             raise ValueError(f"rotations must be a non-empty list of multiples of 90 degrees, got {list(rotations)}")
         self.base = base
         self.rotations = [int(r) % 360 for r in rotations]
+        self._quarter_turns = torch.tensor([r // 90 for r in self.rotations])
         num_rot = len(self.rotations)
         n = len(base)
         # Image i of the rotated set is base image i // R seen under rotation i % R.
@@ -159,7 +160,7 @@ class RotatedClasses(FewShotImages):
     def gather(self, indices: Tensor) -> Tensor:
         num_rot = len(self.rotations)
         images = self.base.gather(indices // num_rot)
-        quarter_turns = torch.tensor([self.rotations[int(r)] // 90 for r in indices % num_rot])
+        quarter_turns = self._quarter_turns[indices % num_rot]
         for k in quarter_turns.unique().tolist():
             if k:
                 mask = quarter_turns == k

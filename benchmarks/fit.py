@@ -1,0 +1,239 @@
+"""Whole-run speed: a real ``fit`` of a shipped config against the bare training step at the same shape.
+
+For each config it builds the run exactly as ``units-lightning fit --config configs/<name>.yaml`` does (the
+LightningCLI, the config's logger, checkpointing and the dashboard callbacks), trains ``--steps`` steps, and
+times the steps after the first ``--skip`` (graph capture and compilation happen there) with validation taken
+out and reported beside it. In the same process it then times the bare step of a copy of the same model on a
+batch from the same data module: ``training_step``, backward and Adam, no Lightning, no logging, no data loading.
+The ratio fit / bare is what the run's overhead costs.
+
+The sampler's warm-up is set to 0 (``--keep-warmup`` keeps the config's), so that the timed steps score and
+select as the bulk of a paper run does; W&B runs offline.
+
+Usage:
+    python benchmarks/fit.py --device cuda --steps 300 --skip 50           # the five shapes of issue 13
+    python benchmarks/fit.py --steps 12 --skip 2 --configs omniglot_5w1s   # CPU
+    python benchmarks/fit.py --device cuda --stand-in /tmp/stand-in        # CIFAR-FS / mini-ImageNet absent:
+                                                                           # random images in their layout
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import cProfile
+import json
+import os
+import platform
+import pstats
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import lightning
+import lightning.pytorch as pl
+import numpy as np
+import torch
+import yaml
+from engines import sync, time_steps
+from lightning.pytorch.callbacks import Callback
+
+from units_lightning.cli import cli_main
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "data"
+CONFIGS = ["omniglot_20w1s", "omniglot_5w1s", "budget_omniglot_5w1s", "cifarfs_5w5s", "miniimagenet_5w1s"]
+
+
+class StepTimer(Callback):
+    """Wall time of the training steps from global step ``skip`` to the end, and of each validation in between."""
+
+    def __init__(self, skip: int):
+        self.skip = skip
+        self.fit_start = self.start = self.end = None
+        self.validation: list[float] = []
+        self._validation_start = 0.0
+        self.steps = 0
+
+    def _now(self, pl_module: pl.LightningModule) -> float:
+        sync(pl_module.device)
+        return time.perf_counter()
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.fit_start = self._now(pl_module)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self.start is None and trainer.global_step >= self.skip:
+            self.start, self.first_step = self._now(pl_module), trainer.global_step
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self._validation_start = self._now(pl_module)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking and self.start is not None:
+            self.validation.append(self._now(pl_module) - self._validation_start)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self.end = self._now(pl_module)
+        self.steps = trainer.global_step - self.first_step
+
+    @property
+    def train_seconds(self) -> float:
+        return self.end - self.start - sum(self.validation)
+
+
+def stand_in(config: dict, folder: Path, images_per_class: int) -> Path:
+    """Random images in the split layout the config's data module reads (CIFAR-FS's own class names)."""
+    from PIL import Image
+
+    from units_lightning.data.datasets.cifarfs import CIFARFS_CLASSES
+
+    data = config["data"]
+    kind = data["class_path"].rsplit(".", 1)[-1]
+    size = 32 if kind == "CIFARFSDataModule" else 84
+    classes = (
+        CIFARFS_CLASSES
+        if kind == "CIFARFSDataModule"
+        else {s: [f"n{s}{i:04d}" for i in range(n)] for s, n in (("train", 64), ("val", 16), ("test", 20))}
+    )
+    root = folder / kind
+    if (root / "done").exists():
+        return root
+    rng = np.random.default_rng(0)
+    for split, names in classes.items():
+        for name in names:
+            (root / split / name).mkdir(parents=True, exist_ok=True)
+            for i in range(images_per_class):
+                pixels = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(root / split / name / f"{i:03d}.png")
+    (root / "done").touch()
+    return root
+
+
+def data_root(name: str, config: dict, args: argparse.Namespace) -> Path | None:
+    kind = config["data"]["class_path"].rsplit(".", 1)[-1]
+    folders = {
+        "OmniglotDataModule": "omniglot",
+        "CIFARFSDataModule": "cifarfs",
+        "MiniImageNetDataModule": "miniimagenet",
+    }
+    root = Path(args.shared) / folders[kind]
+    if root.exists():
+        return root
+    if args.stand_in:
+        return stand_in(config, Path(args.stand_in), args.stand_in_images)
+    return None
+
+
+def run_one(name: str, args: argparse.Namespace, out: Path) -> dict:
+    config = yaml.safe_load((REPO / "configs" / f"{name}.yaml").read_text())
+    root = data_root(name, config, args)
+    if root is None:
+        return {"config": name, "skipped": f"no data under {args.shared} (give --stand-in DIR for random stand-ins)"}
+    accelerator = "gpu" if args.device == "cuda" else "cpu"
+    cli_args = [
+        "--config", str(REPO / "configs" / f"{name}.yaml"),
+        "--data.init_args.root", str(root),
+        "--trainer.max_steps", str(args.steps),
+        "--trainer.accelerator", accelerator,
+        "--trainer.devices", "1",
+        "--trainer.default_root_dir", str(out / name),
+        "--trainer.logger.init_args.save_dir", str(out / name),
+        "--trainer.enable_progress_bar", "false",
+    ]  # fmt: skip
+    if not args.keep_warmup:
+        cli_args += ["--data.init_args.sampler.init_args.warmup_steps", "0"]
+    cli_args += args.extra
+    cli = cli_main(cli_args, run=False)
+    model, data = cli.model, cli.datamodule
+    bare_model = copy.deepcopy(model)
+    timer = StepTimer(args.skip)
+    cli.trainer.callbacks.append(timer)
+    wall = time.perf_counter()
+    if args.profile:
+        profiler = cProfile.Profile()
+        profiler.runcall(cli.trainer.fit, model, data)
+        pstats.Stats(profiler, stream=sys.stdout).sort_stats("tottime").print_stats(args.profile)
+    else:
+        cli.trainer.fit(model, data)
+    wall = time.perf_counter() - wall
+    tasks = data.sampler.tasks
+    fit_rate = timer.steps * tasks / timer.train_seconds
+
+    # The bare step: the same model and sampler, a batch of the same data module, on the device.
+    device = torch.device(args.device)
+    bare_model.sampler = data.sampler
+    bare_model.to(device)
+    batch = next(iter(data.train_dataloader()))
+    batch = data.transfer_batch_to_device(batch, device, 0)
+    step_seconds = time_steps({"bare": bare_model}, batch, device, args.bare_warmup, args.bare_repeats)["bare"]
+    bare_rate = tasks / step_seconds
+    row = {
+        "config": name,
+        "data": str(root),
+        "tasks_per_step": tasks,
+        "timed_steps": timer.steps,
+        "fit_tasks_per_s": round(fit_rate, 2),
+        "bare_tasks_per_s": round(bare_rate, 2),
+        "fit_over_bare": round(fit_rate / bare_rate, 3),
+        "first_steps_s": round(timer.start - timer.fit_start, 2),
+        "validations": len(timer.validation),
+        "validation_s_each": round(sum(timer.validation) / max(len(timer.validation), 1), 2),
+        "wall_s": round(wall, 1),
+    }
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--configs", nargs="*", default=CONFIGS)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--steps", type=int, default=300, help="training steps of each fit")
+    parser.add_argument("--skip", type=int, default=50, help="first steps left out of the timing")
+    parser.add_argument("--bare-warmup", type=int, default=5)
+    parser.add_argument("--bare-repeats", type=int, default=30)
+    parser.add_argument("--keep-warmup", action="store_true", help="keep the sampler's warm-up (no scoring)")
+    parser.add_argument("--shared", default=str(SHARED), help="the shared data folder")
+    parser.add_argument("--stand-in", help="folder for random stand-in images where ../shared/data is absent")
+    parser.add_argument("--stand-in-images", type=int, default=140, help="images per class of a stand-in")
+    parser.add_argument("--out", help="folder for the runs (default: a temporary folder)")
+    parser.add_argument("--json", help="also write the rows to this file")
+    parser.add_argument("--profile", type=int, default=0, help="print the N costliest functions of each fit")
+    parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="more options for every fit")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("WANDB_MODE", "offline")
+    os.environ.setdefault("WANDB_SILENT", "true")
+    device = (
+        torch.cuda.get_device_name()
+        if args.device == "cuda"
+        else f"{platform.processor() or 'cpu'}, {torch.get_num_threads()} threads"
+    )
+    print(f"# {device} | torch {torch.__version__} | lightning {lightning.__version__} | Python "
+          f"{platform.python_version()} | steps {args.steps}, timed after {args.skip}", flush=True)  # fmt: skip
+    out = Path(args.out or tempfile.mkdtemp(prefix="fit-bench-"))
+    rows = []
+    for name in args.configs:
+        try:
+            rows.append(run_one(name, args, out))
+        except Exception as error:  # one broken shape must not lose the others' numbers
+            rows.append({"config": name, "error": f"{type(error).__name__}: {error}"})
+            print(json.dumps(rows[-1]), flush=True)
+        if args.json:
+            Path(args.json).write_text(json.dumps({"device": device, "rows": rows}, indent=2) + "\n")
+    print()
+    print("| config | tasks/step | fit tasks/s | bare tasks/s | fit / bare | first steps (s) | validation (s each) |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        if "fit_tasks_per_s" in r:
+            print(
+                f"| {r['config']} | {r['tasks_per_step']} | {r['fit_tasks_per_s']} | {r['bare_tasks_per_s']} | "
+                f"{r['fit_over_bare']:.2f} | {r['first_steps_s']} | {r['validation_s_each']} x {r['validations']} |"
+            )
+        else:
+            print(f"| {r['config']} | {r.get('skipped') or r.get('error')} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
