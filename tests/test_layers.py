@@ -136,11 +136,11 @@ def violations(root: Path) -> list[str]:
 def cycles(root: Path) -> list[list[str]]:
     """Strongly connected components of more than one module (Tarjan), i.e. import cycles.
 
-    Package ``__init__`` files are left out: importing ``a.b`` runs ``a/__init__`` first, but an ``__init__``
-    that re-exports its submodules is not a cycle of the code's design.
+    A package's ``__init__`` is a module like any other: ``from units_lightning.callbacks import X`` imports
+    ``callbacks/__init__``, which imports every callback. The package root, which re-exports the model, is left
+    out (every import of a submodule runs it first, so it would close a cycle with anything it imports).
     """
-    packages = {module_name(p, root) for p in root.rglob("__init__.py")}
-    graph = {m: {t for t, _ in e if t not in packages} for m, e in imports(root).items() if m not in packages}
+    graph = {m: {t for t, _ in e if t != root.name} for m, e in imports(root).items() if m != root.name}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
