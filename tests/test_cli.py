@@ -73,7 +73,8 @@ def test_fit_smoke_writes_checkpoint_and_summary(tmp_path, capsys):
         assert summary[key] is not None
     assert summary["labels"]["query_sets"] == 6 * 4
     assert "units-lightning fit summary" in capsys.readouterr().out
-    (checkpoint,) = (log_dir / "checkpoints").glob("*.ckpt")
+    (checkpoint,) = (log_dir / "checkpoints").glob("step*.ckpt")  # the best by val/acc, beside last.ckpt
+    assert (log_dir / "checkpoints" / "last.ckpt").is_file()
     assert cli.model.sampler is cli.datamodule.sampler
     for subcommand in ("validate", "test"):
         evaluated = cli_main(
@@ -104,7 +105,7 @@ def test_custom_sampler_from_yaml_trains(tmp_path):
                 }
             },
         },
-        "trainer": {"logger": False, "default_root_dir": str(tmp_path), "enable_checkpointing": False},
+        "trainer": {"logger": False, "default_root_dir": str(tmp_path), "callbacks": [], "enable_checkpointing": False},
     }
     path = tmp_path / "custom.yaml"
     path.write_text(yaml.safe_dump(config))

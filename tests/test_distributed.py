@@ -14,8 +14,11 @@ SCRIPT = textwrap.dedent("""
 
     class Record(Callback):
         classes = []
+        labeled = []
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             self.classes.append(batch.classes.tolist())
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            self.labeled.append(int(outputs["chosen"].sum()))
 
     pl.seed_everything(0, verbose=False)
     data = tiny_data(MultiQuerySampler(tasks=2, query_sets=2))
@@ -27,15 +30,16 @@ SCRIPT = textwrap.dedent("""
     trainer.fit(model, data)
     with open(f"result_{{trainer.global_rank}}.json", "w") as out:
         json.dump({{"rank": trainer.global_rank, "steps": trainer.global_step, "ledger": model.ledger.state_dict(),
-                   "classes": Record.classes, "val_acc": float(trainer.callback_metrics["val/acc"])}}, out)
+                   "classes": Record.classes, "labeled": Record.labeled,
+                   "val_acc": float(trainer.callback_metrics["val/acc"])}}, out)
 """)
 
 
 def test_ddp_ranks_draw_different_tasks_and_share_one_label_budget(tmp_path):
     results = run_two_rank_script(tmp_path, SCRIPT)
-    # Each step labels 2 query sets per rank: 4 in all, so the budget of 10 ends training after 3 steps.
+    # Each step labels 2 query sets per rank, 4 in all: after 2 steps 2 are left of the budget of 10, one per rank.
     for result in results.values():
-        assert result["steps"] == 3
-        assert result["ledger"]["query_sets"] == 12 and result["ledger"]["support_images"] == 60
+        assert result["steps"] == 3 and result["labeled"] == [2, 2, 1]
+        assert result["ledger"]["query_sets"] == 10 and result["ledger"]["support_images"] == 60
     assert results[0]["classes"] != results[1]["classes"]
     assert results[0]["val_acc"] == results[1]["val_acc"]

@@ -27,6 +27,7 @@ FOUNDATIONS = (
     "units_lightning.losses",
     "units_lightning.metrics",
     "units_lightning.outputs",
+    "units_lightning.resume",
     "units_lightning.runs",
     "units_lightning.samplers",
     "units_lightning.schedules",

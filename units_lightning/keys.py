@@ -14,6 +14,7 @@ once. This module imports nothing from ``units_lightning``, so any part can use 
 * ``selection/``: task uncertainty of the chosen and rejected query sets (step means, epoch quantiles
   ``_p<q>``, W&B histograms ``_hist``) and ``slot_win/<i>``, how often query-set slot ``i`` is labeled.
 * ``labels/``: labels spent so far (``query_sets``, ``query_images``, ``support_images``).
+* ``train/skipped_steps``: optimizer steps skipped so far because their loss or gradients were not finite.
 * ``label_budget/query_sets``: labeled query sets, logged in the row of each validation.
 * ``schedule/``: ``lambda`` and ``eta`` as used by each training step.
 
@@ -51,6 +52,7 @@ __all__ = [
     "STAGES",
     "TEST",
     "TRAIN",
+    "TRAIN_SKIPPED_STEPS",
     "VAL",
     "VAL_CURVE",
     "acc_vacuity_below",
@@ -201,5 +203,7 @@ LABELS_QUERY_IMAGES = "labels/query_images"
 LABELS_SUPPORT_IMAGES = "labels/support_images"
 LABEL_BUDGET_QUERY_SETS = "label_budget/query_sets"
 """Labeled query sets at a validation, in the row of ``val/acc`` (the label-budget curve)."""
+TRAIN_SKIPPED_STEPS = "train/skipped_steps"
+"""Optimizer steps skipped so far (non-finite loss or gradients, ``model.non_finite: skip``), logged every step."""
 SCHEDULE_LAMBDA = "schedule/lambda"
 SCHEDULE_ETA = "schedule/eta"

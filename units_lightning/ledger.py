@@ -27,6 +27,19 @@ class LabelLedger:
     Under data-parallel training each rank reveals its own labels; ``reduce`` (set by the module to a sum
     over ranks) makes every rank's ledger count the labels of all ranks, so the budget is global.
 
+    The budget is never exceeded. ``within_budget`` trims a step's choice to what is left: the last step labels
+    only the query sets left of the budget, the chosen sets of highest priority first (the most uncertain, when
+    the step scored them; else task by task). Under data-parallel training what is left is split by rank without
+    any communication: with ``L`` sets left and ``W`` ranks, rank ``r`` may label ``L // W`` sets, plus one if
+    ``r < L % W``; every rank computes the same split from the global count. Training is over
+    (``exhausted``) once fewer sets are left than there are ranks, so that no rank runs a step with nothing to
+    label (under ``W`` ranks the budget may end up to ``W - 1`` sets short; on one process it is spent exactly).
+    ``reveal`` refuses a choice larger than this rank's share, so no code path can overspend.
+
+    A meta-update that was computed but not applied (non-finite loss or gradients) still spent its labels: they
+    stay counted, once, and ``close_step(applied=False)`` records them in ``skipped_steps`` and
+    ``skipped_query_sets``.
+
     Args:
         budget: optional number of labeled query sets after which training should stop (the paper's
             label-budget setting uses 10,000).
@@ -35,7 +48,10 @@ class LabelLedger:
         support_images: labeled support images used so far.
         query_images: labeled query images revealed so far.
         query_sets: labeled query sets revealed so far.
+        skipped_steps: meta-updates skipped (not applied) after their labels were revealed.
+        skipped_query_sets: labeled query sets of those skipped steps (already in ``query_sets``).
         reduce: sums a tensor of counts over ranks (identity by default).
+        rank, world_size: this process's rank and the number of ranks sharing the budget (set by ``start``).
     """
 
     def __init__(self, budget: int | None = None):
@@ -45,7 +61,87 @@ class LabelLedger:
         self.support_images = 0
         self.query_images = 0
         self.query_sets = 0
+        self.skipped_steps = 0
+        self.skipped_query_sets = 0
         self.reduce: Callable[[Tensor], Tensor] = _same
+        self.rank, self.world_size = 0, 1
+        self._unsettled = 0  # query sets revealed since the last optimizer step was closed
+
+    def start(self, meta_batch: int, rank: int = 0, world_size: int = 1) -> None:
+        """Bind the ledger to this process's rank and check the budget before the first step.
+
+        Args:
+            meta_batch: query sets one step labels on one process (the sampler's ``tasks``).
+            rank: this process's rank; world_size: the number of processes sharing the budget.
+
+        Raises:
+            ValueError: if the budget is smaller than one meta-batch of all processes, or already spent (a
+                checkpoint of a finished budget run).
+        """
+        self.rank, self.world_size = rank, world_size
+        self._unsettled = 0
+        if self.budget is None:
+            return
+        per_step = meta_batch * world_size
+        if self.budget < per_step:
+            fewer = (
+                f"lower the sampler's tasks (data.sampler.init_args.tasks) to at most {self.budget // world_size}"
+                if self.budget >= world_size
+                else f"train on at most {self.budget} processes"
+            )
+            raise ValueError(
+                f"label budget of {self.budget} query sets is smaller than one meta-batch: each step labels "
+                f"{per_step} query sets ({meta_batch} tasks x {world_size} process{'es' if world_size > 1 else ''}). "
+                f"Raise model.label_budget to at least {per_step}, or {fewer}"
+            )
+        self._refuse_if_spent()
+
+    def _refuse_if_spent(self) -> None:
+        if self.exhausted:
+            assert self.budget is not None
+            raise ValueError(
+                f"the label budget of {self.budget} query sets is spent: {self.query_sets} are labeled already "
+                f"(a checkpoint of a finished budget run?), {self.budget - self.query_sets} left for "
+                f"{self.world_size} process{'es' if self.world_size > 1 else ''}. Raise model.label_budget to train "
+                "further"
+            )
+
+    @property
+    def share(self) -> int | None:
+        """Query sets this rank may still label (its part of what is left of the budget); None without a budget."""
+        if self.budget is None:
+            return None
+        left = max(self.budget - self.query_sets, 0)
+        return left // self.world_size + (1 if self.rank < left % self.world_size else 0)
+
+    def within_budget(self, chosen: Tensor, priority: Tensor | None = None) -> Tensor:
+        """``chosen`` trimmed to this rank's share of what is left of the budget (unchanged while it fits).
+
+        Reads nothing from the device while the whole mask fits the share; near the end of a budget, one
+        ``nonzero``. Keeps the chosen sets of highest ``priority`` (ties and ``priority=None``: in row-major order,
+        task by task).
+
+        Args:
+            chosen: (T, Q) bool mask of the query sets the sampler chose.
+            priority: (T, Q) scores, higher first (the step's task uncertainty), or None.
+
+        Raises:
+            ValueError: if the budget is already spent.
+        """
+        share = self.share
+        if share is None or chosen.numel() <= share:
+            return chosen
+        self._refuse_if_spent()
+        flat = chosen.flatten()
+        picked = flat.nonzero().squeeze(1)  # row-major
+        if picked.numel() <= share:
+            return chosen
+        if priority is not None:
+            order = torch.sort(priority.flatten()[picked], descending=True, stable=True).indices
+            picked = picked[order]
+        kept = torch.zeros_like(flat)
+        kept[picked[:share]] = True
+        return kept.view_as(chosen)
 
     def reveal(self, batch: TaskBatch, chosen: Tensor) -> Tensor:
         """Labels of the chosen query sets, in row-major order of ``chosen``; counts this step's labels.
@@ -58,12 +154,19 @@ class LabelLedger:
             (number chosen, n_way * query_shots) labels.
 
         Raises:
-            ValueError: if ``chosen`` does not match the batch's query sets.
+            ValueError: if ``chosen`` does not match the batch's query sets, or holds more query sets than this
+                rank's share of the budget (pass it through ``within_budget`` first).
         """
         if chosen.shape != batch.query_y.shape[:2] or chosen.dtype != torch.bool:
             raise ValueError(
                 f"chosen must be a bool mask of shape {tuple(batch.query_y.shape[:2])}, "
                 f"got {chosen.dtype} {tuple(chosen.shape)}"
+            )
+        share = self.share
+        if share is not None and chosen.numel() > share and (wanted := int(chosen.sum())) > share:
+            raise ValueError(
+                f"chosen holds {wanted} query sets but only {share} are left of the label budget of {self.budget} "
+                f"on this process: trim the mask with LabelLedger.within_budget before revealing"
             )
         labels = batch.query_y._labels[chosen.to(batch.query_y._labels.device)]
         counts = torch.tensor([batch.support_y.numel(), labels.numel(), labels.shape[0]], device=labels.device)
@@ -71,7 +174,22 @@ class LabelLedger:
         self.support_images += support_images
         self.query_images += query_images
         self.query_sets += query_sets
+        self._unsettled += query_sets
         return labels
+
+    def close_step(self, applied: bool) -> int:
+        """Close an optimizer step; when it was not ``applied``, record it and its labeled query sets as skipped.
+
+        The labels stay counted once in ``query_sets`` either way: they were read.
+
+        Returns:
+            the query sets labeled (over every rank) since the previous ``close_step``.
+        """
+        spent, self._unsettled = self._unsettled, 0
+        if not applied:
+            self.skipped_steps += 1
+            self.skipped_query_sets += spent
+        return spent
 
     @staticmethod
     def evaluation_labels(batch: TaskBatch) -> Tensor:
@@ -81,8 +199,9 @@ class LabelLedger:
 
     @property
     def exhausted(self) -> bool:
-        """True once the budget of labeled query sets is spent."""
-        return self.budget is not None and self.query_sets >= self.budget
+        """True once the budget of labeled query sets is spent: fewer sets are left than there are ranks (on one
+        process: none left)."""
+        return self.budget is not None and self.budget - self.query_sets < self.world_size
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -90,12 +209,16 @@ class LabelLedger:
             "support_images": self.support_images,
             "query_images": self.query_images,
             "query_sets": self.query_sets,
+            "skipped_steps": self.skipped_steps,
+            "skipped_query_sets": self.skipped_query_sets,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.support_images = int(state["support_images"])
         self.query_images = int(state["query_images"])
         self.query_sets = int(state["query_sets"])
+        self.skipped_steps = int(state.get("skipped_steps", 0))  # checkpoints before skipping was counted
+        self.skipped_query_sets = int(state.get("skipped_query_sets", 0))
 
     def __repr__(self) -> str:
         return (

@@ -24,9 +24,11 @@ from units_lightning.belief import (
     task_uncertainty,
     vacuity,
 )
+from units_lightning.callbacks.non_finite import NonFiniteGuard
 from units_lightning.callbacks.results_writer import ResultsWriter
 from units_lightning.engines import EngineName, EnsembleEngine, InnerLRMode, build_engine
 from units_lightning.episode import TaskBatch
+from units_lightning.evaluation.checkpoints import check_shapes
 from units_lightning.evaluation.ensemble import CheckpointEnsemble, load_engines
 from units_lightning.evaluation.probes import ShiftProbes
 from units_lightning.evaluation.shifts import QueryShift, default_shifts
@@ -85,7 +87,15 @@ class UnitsMAML(pl.LightningModule):
         sampler: the task sampler that chooses which query sets to label; needed by ``fit``. It must be the
             data module's sampler, which draws the candidate tasks (``UnitsMAML(sampler=data.sampler)``; the
             ``units-lightning`` command links ``data.sampler`` into it).
-        label_budget: stop training once this many query sets have been labeled (the paper: 10,000).
+        label_budget: stop training once this many query sets have been labeled (the paper: 10,000). Never
+            exceeded: the last step labels only what is left, the most uncertain of its chosen sets first; under
+            data-parallel training what is left is split evenly by rank (``LabelLedger``). A budget smaller than
+            one meta-batch (the sampler's ``tasks`` x processes) is refused before the first step.
+        non_finite: what a step whose meta-loss or gradients are not finite does: "skip" (default) drops its
+            gradients, so that neither the weights nor Adam's state change, counts it (``train/skipped_steps``,
+            the ledger, the fit summary; its labels stay counted, once) and warns the first time; "stop" raises
+            ``FloatingPointError`` naming the step. Checked once per optimizer step after backward (under
+            ``16-mixed`` precision the GradScaler's overflow steps, which it skips anyway, count as skipped too).
         metrics: the evaluation metrics of validation and test (default ``UncertaintyMetrics()``: vacuity
             thresholds 0.1 and 0.2, coverages 100/70/60/50%, 15 calibration bins).
         query_shifts: out-of-distribution probes run by ``test`` on every test task (default: rotations 0-180
@@ -118,6 +128,7 @@ class UnitsMAML(pl.LightningModule):
         schedule_steps_per_epoch: int | None = None,
         sampler: TaskSampler | None = None,
         label_budget: int | None = None,
+        non_finite: Literal["skip", "stop"] = "skip",
         metrics: UncertaintyMetrics | None = None,
         query_shifts: list[QueryShift] | None = None,
         ensemble: CheckpointEnsemble | None = None,
@@ -143,6 +154,7 @@ class UnitsMAML(pl.LightningModule):
         self.eta = eta if eta is not None else LinearWarmup(2.0, 10)
         self.sampler = sampler
         self.ledger = LabelLedger(label_budget)
+        self.non_finite = NonFiniteGuard(non_finite).mode  # checked here, applied by the guard
         self.n_way, self.inner_steps, self.eval_inner_steps = n_way, inner_steps, eval_steps
         self.first_order, self.lr, self.score_precision = first_order, lr, score_precision
         self.schedule_steps_per_epoch = schedule_steps_per_epoch
@@ -181,11 +193,11 @@ class UnitsMAML(pl.LightningModule):
         return torch.optim.Adam(self.parameters(), lr=self.lr)
 
     def configure_callbacks(self) -> list[Callback]:
-        """A ``ResultsWriter``, unless the trainer has one: ``test`` always writes ``results.json``."""
+        """The ``NonFiniteGuard`` of ``non_finite`` and, unless the trainer has one, a ``ResultsWriter`` (``test``
+        always writes ``results.json``)."""
         trainer = self._trainer
-        if trainer is not None and any(isinstance(c, ResultsWriter) for c in trainer.callbacks):
-            return []
-        return [ResultsWriter()]
+        has_writer = trainer is not None and any(isinstance(c, ResultsWriter) for c in trainer.callbacks)
+        return [NonFiniteGuard(self.non_finite), *([] if has_writer else [ResultsWriter()])]
 
     @property
     def schedule_epoch(self) -> float:
@@ -210,15 +222,11 @@ class UnitsMAML(pl.LightningModule):
             else batch.query_x.new_zeros(batch.query_x.shape[:2])
         )
         chosen = self.sampler.select(scores, self.global_step)
+        chosen = self.ledger.within_budget(chosen, priority=scores)  # the last step labels only what is left
         labels = self.ledger.reveal(batch, chosen)
         task_index, set_index = chosen.nonzero(as_tuple=True)
         logits = self.engine.predict(adapted, batch.query_x[task_index, set_index], task_index)
-        loss = self.loss(logits, labels, eta)
-        if not torch.isfinite(loss):
-            raise FloatingPointError(
-                f"non-finite meta-loss ({loss.item()}) at step {self.global_step}: lower model.lr, model.inner_lr "
-                f"or the eta peak; checkpoints already written are intact (label ledger: {self.ledger})"
-            )
+        loss = self.loss(logits, labels, eta)  # not applied if it or its gradients are not finite (non_finite)
         queries = self._log_training(loss, logits.detach(), labels, scores, chosen, scored, lam)
         return TrainStepOutput(
             loss=loss,
@@ -245,6 +253,13 @@ class UnitsMAML(pl.LightningModule):
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.ledger.exhausted:
             self.trainer.should_stop = True
+
+    # --- safety: the label budget and non-finite steps --------------------------------------------------
+
+    def on_fit_start(self) -> None:
+        """Before the first step (and the sanity check): bind the ledger to the ranks and refuse a label budget
+        smaller than one meta-batch, or one already spent by a restored checkpoint."""
+        self.ledger.start(getattr(self.sampler, "tasks", 1), self.trainer.global_rank, self.trainer.world_size)
 
     # --- evaluation: one path (adapt, predict the query sets) for validate, test and predict --------------
 
@@ -301,7 +316,8 @@ class UnitsMAML(pl.LightningModule):
         """Load the members of ``ensemble`` (copies of this model's engine with each checkpoint's weights)."""
         ranked = self.ensemble.rank()
         self.ensemble_ranking = [member for member, _ in ranked]
-        self.ensemble_engine = EnsembleEngine(load_engines(self.engine, [checkpoint for _, checkpoint in ranked]))
+        checkpoints, sources = [checkpoint for _, checkpoint in ranked], [str(member.path) for member, _ in ranked]
+        self.ensemble_engine = EnsembleEngine(load_engines(self.engine, checkpoints, sources=sources))
 
     def adapt_and_predict(self, support_x: Tensor, support_y: Tensor, query_x: Tensor) -> Tensor:
         """Adapt to each support set ((T, S, C, H, W), (T, S)) and return the (T, M, N) logits of its query set."""
@@ -402,5 +418,9 @@ class UnitsMAML(pl.LightningModule):
         checkpoint["label_ledger"] = self.ledger.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Before Lightning loads the weights: a checkpoint of another shape stops with the options to change.
+        ckpt_path = getattr(self._trainer, "ckpt_path", None)
+        source = f"checkpoint {ckpt_path}" if ckpt_path else "the checkpoint"
+        check_shapes(self.state_dict(), checkpoint.get("state_dict", {}), source)
         if "label_ledger" in checkpoint:
             self.ledger.load_state_dict(checkpoint["label_ledger"])

@@ -49,11 +49,9 @@ def trained(tmp_path_factory):
             "--data.val_tasks=3",
             "--trainer.max_epochs=2",
             "--trainer.limit_train_batches=3",
-            "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
-            "--trainer.callbacks.monitor=val/acc",
-            "--trainer.callbacks.mode=max",
-            "--trainer.callbacks.save_top_k=2",
-            "--trainer.callbacks.filename=step{step}",
+            # in place of the quick start's checkpoints (the best by val/acc and last.ckpt)
+            '--trainer.callbacks=[{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": '
+            '{"monitor": "val/acc", "mode": "max", "save_top_k": 2, "filename": "step{step}"}}]',
             *_csv_logger(root, "fit"),
         ]
     )

@@ -5,6 +5,9 @@ reads the typed step outputs of ``units_lightning.outputs``; the run's files are
 (``config.yaml``), ``ResultsWriter`` (``results.json`` after ``test``; ``UnitsMAML`` adds one to every trainer)
 and ``PredictionWriter`` (``predictions.csv`` after ``predict``).
 
+``CollapseMonitor`` warns when training sits at chance with vacuity near 0 or 1 (a diverged run); the
+``units-lightning`` command adds one to every run, configured by ``--collapse.window`` and friends.
+
 ``dashboard_callbacks()`` returns one of each dashboard callback; the ``units-lightning`` command adds them to
 every run (``--dashboard_callbacks false`` leaves them out). From Python::
 
@@ -15,6 +18,8 @@ from __future__ import annotations
 
 from lightning.pytorch.callbacks import Callback
 
+from units_lightning.callbacks.collapse_monitor import CollapseMonitor, TrainingCollapseWarning
+from units_lightning.callbacks.non_finite import NonFiniteGuard
 from units_lightning.callbacks.prediction_writer import PredictionWriter
 from units_lightning.callbacks.results_writer import ResultsWriter
 from units_lightning.callbacks.save_config import SaveRunConfig
@@ -24,12 +29,15 @@ from units_lightning.callbacks.theorem_one import TheoremOneMonitor
 from units_lightning.callbacks.uncertainty_curves import UncertaintyCurves
 
 __all__ = [
+    "CollapseMonitor",
+    "NonFiniteGuard",
     "PredictionWriter",
     "ResultsWriter",
     "SaveRunConfig",
     "ScheduleMonitor",
     "SelectionMonitor",
     "TheoremOneMonitor",
+    "TrainingCollapseWarning",
     "UncertaintyCurves",
     "dashboard_callbacks",
 ]

@@ -69,7 +69,8 @@ class SelectionMonitor(Callback):
             scores = pl_module.all_gather(scores).flatten(0, 1)
             chosen = pl_module.all_gather(chosen).flatten(0, 1)
         self._scores, self._chosen = [], []
-        chosen_values, rejected_values = scores[chosen], scores[~chosen]
+        finite = scores.isfinite()  # a step skipped as non-finite has no scores to rank
+        chosen_values, rejected_values = scores[chosen & finite], scores[~chosen & finite]
         metrics = {keys.slot_win(slot): float(win) for slot, win in enumerate(chosen.float().mean(dim=0))}
         for name, values in (("chosen", chosen_values), ("rejected", rejected_values)):
             if values.numel():
@@ -87,6 +88,8 @@ class SelectionMonitor(Callback):
         import wandb
 
         both = torch.cat([chosen_values, rejected_values]).cpu().double().numpy()
+        if both.size == 0:
+            return
         low, high = float(both.min()), float(both.max())
         if high <= low:
             high = low + 1e-6

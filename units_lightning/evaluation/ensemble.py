@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
 from torch import nn
 
+from units_lightning.evaluation.checkpoints import check_shapes, load_checkpoint
 from units_lightning.keys import ACC, VAL, stage_key
 
 __all__ = ["CheckpointEnsemble", "RankedCheckpoint", "checkpoint_score", "load_engines"]
@@ -27,9 +27,16 @@ class RankedCheckpoint:
     step: int
 
 
-def _load(path: Path) -> dict[str, Any]:
-    # Lightning checkpoints hold the hyperparameters as objects (loss, schedules): not weights-only.
-    return torch.load(path, map_location="cpu", weights_only=False)
+_MEMBER_KEYS = ("state_dict", "global_step", "callbacks")  # all that a member needs: weights, step and score
+
+
+def _load(path: Path, leave_out: str) -> dict[str, Any]:
+    """A member checkpoint read as ``--ckpt_path`` is (weights-only: a file that would run code is refused)."""
+    checkpoint = load_checkpoint(path, leave_out)
+    missing = [key for key in ("state_dict", "global_step") if key not in checkpoint]
+    if missing:
+        raise ValueError(f"checkpoint {path} is not a Lightning checkpoint (it has no {missing}): {leave_out}")
+    return {key: checkpoint[key] for key in _MEMBER_KEYS if key in checkpoint}
 
 
 def checkpoint_score(checkpoint: dict[str, Any], monitor: str = VAL_ACC) -> float | None:
@@ -100,8 +107,11 @@ class CheckpointEnsemble:
     def rank(self) -> list[tuple[RankedCheckpoint, dict[str, Any]]]:
         """The chosen members, best first, each with its loaded checkpoint."""
         by_step: dict[int, tuple[RankedCheckpoint, dict[str, Any]]] = {}
+        leave_out = (
+            "take it out of the ensemble: remove it from the folder, or list the member files in ensemble.checkpoints"
+        )
         for path in self.files():
-            checkpoint = _load(path)
+            checkpoint = _load(path, leave_out)
             member = RankedCheckpoint(path, checkpoint_score(checkpoint, self.monitor), int(checkpoint["global_step"]))
             kept = by_step.get(member.step)
             # Of two files of one step (a best and last.ckpt) keep the one that is not "last".
@@ -110,6 +120,9 @@ class CheckpointEnsemble:
         members = list(by_step.values())
         if self.top_k is None:
             return members
+        # A last.ckpt written at a step that did not improve carries the best score recorded before it, not its own:
+        # it cannot be ranked (the shipped configs write one at every validation beside the best ones).
+        members = [m for m in members if not m[0].path.stem.startswith("last")] or members
         unscored = [str(m.path) for m, _ in members if m.score is None]
         if unscored:
             raise ValueError(
@@ -124,18 +137,37 @@ class CheckpointEnsemble:
 
 
 def load_engines(
-    template: nn.Module, checkpoints: Sequence[dict[str, Any]], prefix: str = "engine."
+    template: nn.Module,
+    checkpoints: Sequence[dict[str, Any]],
+    prefix: str = "engine.",
+    sources: Sequence[str] | None = None,
 ) -> list[nn.Module]:
     """Copies of ``template`` holding the weights under ``prefix`` of each checkpoint's ``state_dict``.
 
+    Args:
+        template: the configured model's engine.
+        checkpoints: loaded checkpoints (``CheckpointEnsemble.rank``).
+        prefix: where the engine's weights sit in a checkpoint's ``state_dict``.
+        sources: the checkpoints' file names, for the messages.
+
     Raises:
-        RuntimeError: a checkpoint does not fit the template (another architecture).
+        ValueError: a checkpoint does not fit the template (another architecture); the message names the file,
+            each parameter with both shapes, and the option to change.
     """
     engines = []
-    for checkpoint in checkpoints:
+    expected = {prefix + k: v for k, v in template.state_dict().items()}
+    for index, checkpoint in enumerate(checkpoints):
+        source = f"ensemble member {sources[index]}" if sources is not None else f"ensemble member {index}"
+        check_shapes(expected, checkpoint["state_dict"], source)
         state = {k[len(prefix) :]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)}
         engine = copy.deepcopy(template)
-        engine.load_state_dict(state)
+        try:
+            engine.load_state_dict(state)
+        except RuntimeError as error:  # missing or unexpected parameters: another architecture
+            raise ValueError(
+                f"{source} does not fit the configured model: {error}. Configure the model as the checkpoint was "
+                "trained (model.inner_lr_mode, model.per_step_bn, model.backbone), or leave it out of the ensemble"
+            ) from error
         engine.eval()
         engines.append(engine)
     return engines

@@ -22,6 +22,8 @@ class ShiftProbes(nn.Module):
     ``test_step`` asks for the shifted query sets (``queries``), predicts them beside the clean ones, and hands
     the logits back (``update``); ``compute`` gives the ``ood`` part of ``results.json`` and the logged numbers.
     The shifts draw from a generator seeded by (seed, batch, shift), so the probes are the same on every run.
+    A shifted query keeps its (task, query) position, so it is scored against the clean label at that position
+    (tests/evaluation/test_shift_alignment.py).
 
     Args:
         shifts: the query shifts (``Rotation``, ``Scale``, ``ForeignQueries`` or your own ``QueryShift``).

@@ -75,6 +75,10 @@ def _per_image(query_x: Tensor, transform) -> Tensor:
 class Rotation(QueryShift):
     """Query images rotated by each angle (degrees, counter-clockwise), bilinear, corners filled with ``fill``.
 
+    Multiples of 90 degrees are exact (``torch.rot90``, turning the same way). The support set stays upright, so
+    accuracy can fall below chance: a glyph turned by 90 degrees looks most like another class's support (README,
+    "Evaluate").
+
     Args:
         angles: the angles to probe (the paper: 0 to 180 degrees).
         fill: value of the pixels rotated in from outside (0: the background of Omniglot and MNIST as loaded).

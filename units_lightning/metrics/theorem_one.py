@@ -43,13 +43,18 @@ class TheoremOneCheck(Metric):
         self.add_state("margin", default=torch.tensor(float("inf"), dtype=torch.float64), dist_reduce_fx="min")
 
     def update(self, incorrect_belief: Tensor, dissonance: Tensor) -> None:
-        """Add tasks: (T, M) incorrect belief and dissonance of the M queries of T tasks."""
+        """Add tasks: (T, M) incorrect belief and dissonance of the M queries of T tasks.
+
+        Tasks whose beliefs are not finite (a training step skipped as non-finite) are left out: the theorem is
+        about beliefs, and such a task has none.
+        """
         margin = theorem_one_margin(incorrect_belief.detach(), dissonance.detach()).to(torch.float64)
         if margin.numel() == 0:
             return
-        self.holds += (margin >= -self.atol).sum()
-        self.tasks += margin.numel()
-        self.margin = torch.minimum(self.margin, margin.min())
+        finite = margin.isfinite()  # kept on the device: no read back per step
+        self.holds += ((margin >= -self.atol) & finite).sum()
+        self.tasks += finite.sum()
+        self.margin = torch.minimum(self.margin, torch.where(finite, margin, torch.inf).min())
 
     def compute(self) -> tuple[Tensor, Tensor]:
         """(fraction of tasks where the theorem holds, smallest margin); ``nan`` and ``inf`` before any task."""
