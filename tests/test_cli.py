@@ -9,28 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from tiny_setup import REPO
+from tiny_setup import QUICKSTART, REPO, TINY_QUICKSTART
 
 from units_lightning.cli import cli_main
 from units_lightning.dashboard.wandb_offline import find_offline_runs, read_history
 from units_lightning.samplers import TaskSampler
 
-QUICKSTART = REPO / "configs" / "quickstart.yaml"
-# Shrinks the quick start to seconds: tiny images, a narrow net, few steps and validation tasks.
-FAST = [
-    "--trainer.max_epochs=2",
-    "--trainer.limit_train_batches=3",
-    "--trainer.log_every_n_steps=1",
-    "--model.filters=4",
-    "--model.inner_steps=1",
-    "--data.image_size=16",
-    "--data.val_tasks=4",
-    "--data.eval_batch_tasks=2",
-    "--data.train_classes=40",
-    "--data.eval_classes=10",
-    "--data.images_per_class=12",
-    "--trainer.enable_progress_bar=false",
-]
+FAST = [*TINY_QUICKSTART, "--trainer.limit_train_batches=3"]  # the quick start in seconds: 6 steps
 
 
 class LeastUncertainSampler(TaskSampler):

@@ -15,28 +15,17 @@ import pytest
 import torch
 import yaml
 from lightning.pytorch.callbacks import Callback
+from tiny_setup import QUICKSTART, REPO, TINY_QUICKSTART
 
 from units_lightning.resume import RUN_KEY, AtomicCheckpointIO, find_last_checkpoint, stored_run
 
-REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
-QUICKSTART = REPO / "configs" / "quickstart.yaml"
 # The quick start shrunk to 12 steps, validated (and checkpointed) every 3 steps, so step 9 is mid-epoch.
 TINY = [
-    "--trainer.max_epochs=2",
+    *TINY_QUICKSTART,
     "--trainer.limit_train_batches=6",
     "--trainer.val_check_interval=3",
-    "--trainer.log_every_n_steps=1",
-    "--trainer.enable_progress_bar=false",
     "--trainer.enable_model_summary=false",
-    "--model.filters=4",
-    "--model.inner_steps=1",
-    "--data.image_size=16",
-    "--data.val_tasks=4",
-    "--data.eval_batch_tasks=2",
-    "--data.train_classes=40",
-    "--data.eval_classes=10",
-    "--data.images_per_class=12",
     "--data.sampler.init_args.warmup_steps=2",  # task selection (scores, chosen sets) from step 2 on
 ]
 KILL_AT = 11  # last.ckpt holds step 9 then: steps 10 and 11 are lost and done again

@@ -12,6 +12,21 @@ from units_lightning.data import SyntheticGlyphsDataModule
 from units_lightning.module import UnitsMAML
 
 REPO = Path(__file__).resolve().parents[1]
+QUICKSTART = REPO / "configs" / "quickstart.yaml"
+# Options that shrink the quick start to seconds: tiny images, a narrow net, few validation tasks.
+TINY_QUICKSTART = [
+    "--trainer.max_epochs=2",
+    "--trainer.log_every_n_steps=1",
+    "--trainer.enable_progress_bar=false",
+    "--model.filters=4",
+    "--model.inner_steps=1",
+    "--data.image_size=16",
+    "--data.val_tasks=4",
+    "--data.eval_batch_tasks=2",
+    "--data.train_classes=40",
+    "--data.eval_classes=10",
+    "--data.images_per_class=12",
+]
 SHARED_DATA = Path(os.environ.get("UNITS_LIGHTNING_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 
