@@ -95,6 +95,12 @@ def _format(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _configured_logger(config: Namespace) -> Any:
+    """The (first) logger of a subcommand's config: a ``Namespace`` with ``class_path``, ``False`` or ``None``."""
+    logger = config.trainer.get("logger")
+    return logger[0] if isinstance(logger, list) and logger else logger
+
+
 def _checkpoint_folders(config: Namespace) -> list[str]:
     """Where the runs of ``config`` keep their checkpoints, as ``ModelCheckpoint`` resolves its ``dirpath``:
     the configured ``dirpath``, else ``<logger save_dir>/<name>/<version>/checkpoints`` (any name and version),
@@ -107,8 +113,7 @@ def _checkpoint_folders(config: Namespace) -> list[str]:
         init_args = callback.get("init_args") if isinstance(callback, Namespace) else None
         if init_args is not None and "ModelCheckpoint" in str(callback.get("class_path")) and init_args.get("dirpath"):
             folders.append(str(init_args.dirpath))
-    logger = trainer.get("logger")
-    logger = logger[0] if isinstance(logger, list) and logger else logger
+    logger = _configured_logger(config)
     if logger is False or logger == []:
         folders.append(os.path.join(root, "checkpoints"))
     else:
@@ -143,8 +148,7 @@ def _resolve_ckpt_path(config: Namespace, subcommand: str) -> None:
             f"--ckpt_path {given}: {path} cannot be read ({error}). Move it away (with `last`, the newest before it "
             "is used), or pass --ckpt_path <another checkpoint file>."
         ) from error
-    logger = config.trainer.get("logger")
-    logger = logger[0] if isinstance(logger, list) and logger else logger
+    logger = _configured_logger(config)
     init_args = logger.get("init_args") if isinstance(logger, Namespace) else None
     continued = ""
     if subcommand == "fit" and init_args is not None and run["version"] is not None:
@@ -259,15 +263,12 @@ class UnitsCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
-        if config.get("dashboard_callbacks", True):
-            # LightningCLI appends trainer_defaults["callbacks"] to the configured trainer.callbacks.
-            existing = self.trainer_defaults.get("callbacks", [])
-            existing = list(existing) if isinstance(existing, list) else [existing]
-            self.trainer_defaults = {**self.trainer_defaults, "callbacks": [*existing, *dashboard_callbacks()]}
         # Resume: every checkpoint names the logger run that wrote it (a `fit` resumed from it continues that run).
+        added = [*(dashboard_callbacks() if config.get("dashboard_callbacks", True) else []), RecordRunVersion()]
+        # LightningCLI appends trainer_defaults["callbacks"] to the configured trainer.callbacks.
         existing = self.trainer_defaults.get("callbacks", [])
         existing = list(existing) if isinstance(existing, list) else [existing]
-        self.trainer_defaults = {**self.trainer_defaults, "callbacks": [*existing, RecordRunVersion()]}
+        self.trainer_defaults = {**self.trainer_defaults, "callbacks": [*existing, *added]}
 
     def before_fit(self) -> None:
         self._fit_started = time.perf_counter()
