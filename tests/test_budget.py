@@ -8,7 +8,7 @@ from test_label_leak import TamperingSampler
 from tiny_setup import tiny_data, tiny_model, tiny_trainer
 
 from units_lightning.episode import SealedLabels, TaskBatch
-from units_lightning.ledger import LabelLedger
+from units_lightning.ledger import LabelLedger, chosen_indices
 from units_lightning.samplers import MultiQuerySampler
 
 
@@ -122,7 +122,7 @@ def test_reveal_refuses_a_choice_beyond_the_budget_before_reading_a_label():
     priority = torch.tensor([[0.1, 0.0, 0.0], [0.0, 0.9, 0.0]])
     kept = ledger.within_budget(torch.tensor([[True, False, False], [False, True, False]]), priority)
     assert kept.tolist() == [[False, False, False], [False, True, False]]  # the more uncertain set
-    assert ledger.reveal(batch(), kept).shape == (1, 5) and ledger.query_sets == 4 and ledger.exhausted
+    assert ledger.reveal(batch(), kept).labels.shape == (1, 5) and ledger.query_sets == 4 and ledger.exhausted
 
 
 def test_a_skipped_step_keeps_its_labels_counted_once():
@@ -136,3 +136,43 @@ def test_a_skipped_step_keeps_its_labels_counted_once():
     restored = LabelLedger()
     restored.load_state_dict({k: v for k, v in state.items() if not k.startswith("skipped")})  # an older checkpoint
     assert restored.skipped_steps == 0 and restored.query_sets == 4
+
+
+def test_a_declared_count_gathers_the_chosen_sets_as_the_mask_does_without_reading_it():
+    generator = torch.Generator().manual_seed(0)
+    for count in (1, 3, 6):
+        for _ in range(20):
+            flat = torch.zeros(6, dtype=torch.bool)
+            flat[torch.randperm(6, generator=generator)[:count]] = True
+            mask = flat.view(2, 3)
+            assert all(
+                torch.equal(a, b) for a, b in zip(chosen_indices(mask, count), mask.nonzero(as_tuple=True), strict=True)
+            )
+            declared, counted = LabelLedger(), LabelLedger()
+            opened, expected = declared.reveal(batch(), mask, count), counted.reveal(batch(), mask)
+            assert all(torch.equal(a, b) for a, b in zip(opened, expected, strict=True))
+            assert declared.state_dict() == counted.state_dict()
+
+
+def test_ranks_count_each_others_labels_without_communicating():
+    """Under DDP with a declared count every rank adds what all ranks labeled, each trimmed to its share."""
+    counts = []
+    for rank in range(3):
+        ledger = LabelLedger(budget=20)
+        ledger.start(meta_batch=2, rank=rank, world_size=3)
+        ledger.query_sets = 12  # 8 left for 3 ranks: shares 3, 3, 2; each rank's sampler chose 3 sets
+        chosen = ledger.within_budget(torch.ones(1, 3, dtype=torch.bool), count=3)
+        ledger.reveal(batch(tasks=1), chosen, count=3)
+        counts.append((ledger.query_sets, ledger.query_images, ledger.support_images))
+    assert counts == [(12 + 3 + 3 + 2, 8 * 5, 3 * 5)] * 3
+
+
+def test_a_sampler_that_chooses_another_count_than_it_declares_is_stopped(tmp_path):
+    class Miscounting(MultiQuerySampler):
+        def choose(self, scores):  # two sets per task, while chosen_count still says one
+            return torch.ones_like(scores, dtype=torch.bool)
+
+    data = tiny_data(Miscounting(tasks=2, query_sets=2))
+    model = tiny_model(sampler=data.sampler)
+    with pytest.raises(ValueError, match=r"Miscounting\(tasks=2.*declared in chosen_count\(\)"):
+        tiny_trainer(tmp_path, max_steps=3, log_every_n_steps=1).fit(model, data)

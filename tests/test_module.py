@@ -104,7 +104,7 @@ def test_plain_maml_is_a_config_away(tmp_path):
     model = tiny_model(loss=CrossEntropyLoss(), sampler=data.sampler)
     trainer = tiny_trainer(tmp_path, max_steps=2)
     trainer.fit(model, data)
-    assert torch.isfinite(trainer.callback_metrics["train/loss"])
+    assert torch.isfinite(trainer.callback_metrics["train/loss_epoch"])
 
 
 def test_non_finite_loss_stops_with_a_clear_error_when_asked(tmp_path):

@@ -55,18 +55,21 @@ class Poison(pl.Callback):
             self.next = self.snapshot(trainer, pl_module)
 
 
-def fit(tmp_path, where, **model_options):
+def fit(tmp_path, where, fused=False, **model_options):
     PoisonedLoss.poisoned = False
     poison = Poison(where)
     data = tiny_data(MultiQuerySampler(tasks=2, query_sets=2))
     model = tiny_model(loss=PoisonedLoss(), sampler=data.sampler, **model_options)
-    trainer = tiny_trainer(tmp_path, max_steps=5, callbacks=[poison])
+    if fused:  # as on CUDA: the guard skips on the device, through the fused kernel's found_inf, with no read
+        model.configure_optimizers = lambda: torch.optim.Adam(model.parameters(), lr=model.lr, fused=True)
+    trainer = tiny_trainer(tmp_path, max_steps=5, callbacks=[poison], log_every_n_steps=1)
     return model, trainer, poison, data
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["host", "fused"])
 @pytest.mark.parametrize("where", ["loss", "grad"])
-def test_a_non_finite_step_is_skipped_counted_and_never_applied(tmp_path, where):
-    model, trainer, poison, data = fit(tmp_path, where)
+def test_a_non_finite_step_is_skipped_counted_and_never_applied(tmp_path, where, fused):
+    model, trainer, poison, data = fit(tmp_path, where, fused)
     with pytest.warns(
         UserWarning,
         match=rf"non-finite {'meta-loss' if where == 'loss' else 'gradients'}.* at step 2: "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import torch
@@ -71,6 +71,9 @@ class SealedLabels:
     def to(self, *args, **kwargs) -> SealedLabels:
         return SealedLabels(self._labels.to(*args, **kwargs))
 
+    def pin_memory(self) -> SealedLabels:
+        return SealedLabels(self._labels.pin_memory())
+
     def __repr__(self) -> str:
         return f"SealedLabels(shape={tuple(self._labels.shape)})"
 
@@ -95,6 +98,12 @@ class TaskBatch:
     classes: Tensor
     step: int = 0
 
+    def pin_memory(self) -> TaskBatch:
+        """The batch in page-locked memory (the loader's ``pin_memory``): it then moves to a GPU asynchronously."""
+        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "step"}
+        pinned = {name: value.pin_memory() if _on_cpu(value) else value for name, value in values.items()}
+        return TaskBatch(**pinned, step=self.step)  # images gathered on the GPU already stay there
+
     @property
     def num_tasks(self) -> int:
         return self.support_x.shape[0]
@@ -102,3 +111,7 @@ class TaskBatch:
     @property
     def num_query_sets(self) -> int:
         return self.query_x.shape[1]
+
+
+def _on_cpu(value: Tensor | SealedLabels) -> bool:
+    return (value._labels if isinstance(value, SealedLabels) else value).device.type == "cpu"

@@ -3,18 +3,40 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
 
 from units_lightning.episode import TaskBatch
 
-__all__ = ["LabelLedger"]
+__all__ = ["LabelLedger", "Revealed", "chosen_indices"]
 
 
 def _same(counts: Tensor) -> Tensor:
     return counts
+
+
+class Revealed(NamedTuple):
+    """The labels ``LabelLedger.reveal`` opened: (n, M) labels of n query sets, and each set's task and set index."""
+
+    labels: Tensor
+    task_index: Tensor
+    set_index: Tensor
+
+
+def chosen_indices(chosen: Tensor, count: int | None = None) -> tuple[Tensor, Tensor]:
+    """Task and set index of every query set a (T, Q) mask holds, in row-major order.
+
+    With ``count``, the number of sets the mask holds, nothing is read from the device (a stable sort puts the
+    chosen sets first, in order); without it, one ``nonzero``.
+    """
+    if count is None:
+        return chosen.nonzero(as_tuple=True)
+    flat = chosen.flatten().to(torch.uint8)
+    index = torch.sort(flat, descending=True, stable=True).indices[:count]
+    sets = chosen.shape[1]
+    return torch.div(index, sets, rounding_mode="floor"), index % sets
 
 
 class LabelLedger:
@@ -66,6 +88,7 @@ class LabelLedger:
         self.reduce: Callable[[Tensor], Tensor] = _same
         self.rank, self.world_size = 0, 1
         self._unsettled = 0  # query sets revealed since the last optimizer step was closed
+        self._miscounted: Tensor | bool = False  # a mask held another count than its sampler declared
 
     def start(self, meta_batch: int, rank: int = 0, world_size: int = 1) -> None:
         """Bind the ledger to this process's rank and check the budget before the first step.
@@ -79,7 +102,7 @@ class LabelLedger:
                 checkpoint of a finished budget run).
         """
         self.rank, self.world_size = rank, world_size
-        self._unsettled = 0
+        self._unsettled, self._miscounted = 0, False
         if self.budget is None:
             return
         per_step = meta_batch * world_size
@@ -114,22 +137,23 @@ class LabelLedger:
         left = max(self.budget - self.query_sets, 0)
         return left // self.world_size + (1 if self.rank < left % self.world_size else 0)
 
-    def within_budget(self, chosen: Tensor, priority: Tensor | None = None) -> Tensor:
+    def within_budget(self, chosen: Tensor, priority: Tensor | None = None, count: int | None = None) -> Tensor:
         """``chosen`` trimmed to this rank's share of what is left of the budget (unchanged while it fits).
 
-        Reads nothing from the device while the whole mask fits the share; near the end of a budget, one
-        ``nonzero``. Keeps the chosen sets of highest ``priority`` (ties and ``priority=None``: in row-major order,
-        task by task).
+        Reads nothing from the device while the whole mask (or its declared ``count``) fits the share; near the end
+        of a budget, one ``nonzero``. Keeps the chosen sets of highest ``priority`` (ties and ``priority=None``: in
+        row-major order, task by task).
 
         Args:
             chosen: (T, Q) bool mask of the query sets the sampler chose.
             priority: (T, Q) scores, higher first (the step's task uncertainty), or None.
+            count: how many sets ``chosen`` holds, when the sampler declares it (``TaskSampler.chosen_count``).
 
         Raises:
             ValueError: if the budget is already spent.
         """
         share = self.share
-        if share is None or chosen.numel() <= share:
+        if share is None or (chosen.numel() if count is None else count) <= share:
             return chosen
         self._refuse_if_spent()
         flat = chosen.flatten()
@@ -143,15 +167,21 @@ class LabelLedger:
         kept[picked[:share]] = True
         return kept.view_as(chosen)
 
-    def reveal(self, batch: TaskBatch, chosen: Tensor) -> Tensor:
-        """Labels of the chosen query sets, in row-major order of ``chosen``; counts this step's labels.
+    def reveal(self, batch: TaskBatch, chosen: Tensor, count: int | None = None) -> Revealed:
+        """Labels of the chosen query sets, in row-major order of ``chosen``, with where they are; counts them.
+
+        With ``count`` (the number of sets ``chosen`` holds, declared by the sampler) nothing is read from the
+        device and, under data-parallel training, nothing is communicated: every rank chose ``count`` sets, trimmed
+        to its share of the budget, which every rank knows. The declaration is checked on the device and read at
+        ``check_count``. Without ``count``: one ``nonzero`` and, across ranks, one sum of the counts.
 
         Args:
             batch: the batch whose sealed query labels to open (all its support sets count as labeled).
-            chosen: (T, Q) bool mask of the query sets to label.
+            chosen: (T, Q) bool mask of the query sets to label (after ``within_budget``).
+            count: how many sets the sampler declared it chose (``TaskSampler.chosen_count``), or None.
 
         Returns:
-            (number chosen, n_way * query_shots) labels.
+            ``Revealed``: the (n, n_way * query_shots) labels and the task and set index of each of the n sets.
 
         Raises:
             ValueError: if ``chosen`` does not match the batch's query sets, or holds more query sets than this
@@ -162,20 +192,50 @@ class LabelLedger:
                 f"chosen must be a bool mask of shape {tuple(batch.query_y.shape[:2])}, "
                 f"got {chosen.dtype} {tuple(chosen.shape)}"
             )
-        share = self.share
-        if share is not None and chosen.numel() > share and (wanted := int(chosen.sum())) > share:
+        share, declared = self.share, count
+        if count is not None:
+            count = min(count, share) if share is not None else count
+            self._miscounted = self._miscounted | (chosen.sum() != count)  # read by check_count, not here
+        elif share is not None and chosen.numel() > share and (wanted := int(chosen.sum())) > share:
             raise ValueError(
                 f"chosen holds {wanted} query sets but only {share} are left of the label budget of {self.budget} "
                 f"on this process: trim the mask with LabelLedger.within_budget before revealing"
             )
-        labels = batch.query_y._labels[chosen.to(batch.query_y._labels.device)]
-        counts = torch.tensor([batch.support_y.numel(), labels.numel(), labels.shape[0]], device=labels.device)
-        support_images, query_images, query_sets = (int(c) for c in self.reduce(counts))
+        task_index, set_index = chosen_indices(chosen, count)
+        stored = batch.query_y._labels
+        labels = stored[task_index.to(stored.device), set_index.to(stored.device)]
+        per_set = labels[0].numel() if labels.ndim > 1 else 0
+        if count is None:
+            counts = torch.tensor([batch.support_y.numel(), labels.numel(), labels.shape[0]], device=labels.device)
+            support_images, query_images, query_sets = (int(c) for c in self.reduce(counts))
+        else:  # every rank labels min(count, its share): known everywhere without communication
+            query_sets = sum(self._planned(declared, rank) for rank in range(self.world_size))
+            support_images, query_images = batch.support_y.numel() * self.world_size, query_sets * per_set
         self.support_images += support_images
         self.query_images += query_images
         self.query_sets += query_sets
         self._unsettled += query_sets
-        return labels
+        return Revealed(labels, task_index, set_index)
+
+    def _planned(self, count: int, rank: int) -> int:
+        """Sets that ``rank`` labels this step when every rank's sampler chose ``count``: trimmed to its share."""
+        if self.budget is None:
+            return count
+        left = max(self.budget - self.query_sets, 0)
+        return min(count, left // self.world_size + (1 if rank < left % self.world_size else 0))
+
+    def check_count(self, sampler: object) -> None:
+        """Raise if a step's mask held another number of query sets than the sampler declared (one device read).
+
+        Raises:
+            ValueError: naming the sampler and the fix.
+        """
+        if bool(self._miscounted):
+            raise ValueError(
+                f"{sampler!r} declared in chosen_count() how many query sets it chooses per step, but a step's mask "
+                "held another number: the labels counted and trained on would be wrong. Make chosen_count() return "
+                "the size of the mask that select() returns, or None to have it counted from the mask"
+            )
 
     def close_step(self, applied: bool) -> int:
         """Close an optimizer step; when it was not ``applied``, record it and its labeled query sets as skipped.
@@ -187,9 +247,13 @@ class LabelLedger:
         """
         spent, self._unsettled = self._unsettled, 0
         if not applied:
-            self.skipped_steps += 1
-            self.skipped_query_sets += spent
+            self.record_skipped(1, spent)
         return spent
+
+    def record_skipped(self, steps: int, query_sets: int) -> None:
+        """Count ``steps`` meta-updates that were not applied, with their ``query_sets`` (already in ``query_sets``)."""
+        self.skipped_steps += steps
+        self.skipped_query_sets += query_sets
 
     @staticmethod
     def evaluation_labels(batch: TaskBatch) -> Tensor:

@@ -24,6 +24,7 @@ from units_lightning.belief import (
     task_uncertainty,
     vacuity,
 )
+from units_lightning.callbacks._shared import logging_step
 from units_lightning.callbacks.non_finite import NonFiniteGuard
 from units_lightning.callbacks.results_writer import ResultsWriter
 from units_lightning.engines import EngineName, EnsembleEngine, InnerLRMode, build_engine
@@ -35,6 +36,7 @@ from units_lightning.evaluation.shifts import QueryShift, default_shifts
 from units_lightning.ledger import LabelLedger
 from units_lightning.losses import EvidentialLoss, MetaLoss, ScheduledInnerLoss
 from units_lightning.metrics import UncertaintyMetrics
+from units_lightning.metrics.running_means import RunningMeans
 from units_lightning.outputs import EvalStepOutput, PredictStepOutput, TestStepOutput, TrainStepOutput
 from units_lightning.samplers import TaskSampler
 from units_lightning.schedules import LinearAnneal, LinearWarmup, Schedule
@@ -154,6 +156,7 @@ class UnitsMAML(pl.LightningModule):
         self.eta = eta if eta is not None else LinearWarmup(2.0, 10)
         self.sampler = sampler
         self.ledger = LabelLedger(label_budget)
+        self.train_means = RunningMeans()  # the training values' epoch means, on the device until logged
         self.non_finite = NonFiniteGuard(non_finite).mode  # checked here, applied by the guard
         self.n_way, self.inner_steps, self.eval_inner_steps = n_way, inner_steps, eval_steps
         self.first_order, self.lr, self.score_precision = first_order, lr, score_precision
@@ -190,7 +193,8 @@ class UnitsMAML(pl.LightningModule):
             self.load_ensemble()
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.parameters(), lr=self.lr)
+        """Adam; fused on CUDA: one kernel per step, and ``NonFiniteGuard`` skips a step on the device (no read)."""
+        return torch.optim.Adam(self.parameters(), lr=self.lr, fused=self.device.type == "cuda" or None)
 
     def configure_callbacks(self) -> list[Callback]:
         """The ``NonFiniteGuard`` of ``non_finite`` and, unless the trainer has one, a ``ResultsWriter`` (``test``
@@ -222,9 +226,9 @@ class UnitsMAML(pl.LightningModule):
             else batch.query_x.new_zeros(batch.query_x.shape[:2])
         )
         chosen = self.sampler.select(scores, self.global_step)
-        chosen = self.ledger.within_budget(chosen, priority=scores)  # the last step labels only what is left
-        labels = self.ledger.reveal(batch, chosen)
-        task_index, set_index = chosen.nonzero(as_tuple=True)
+        count = self.sampler.chosen_count(self.global_step)  # known: no device read to gather the chosen sets
+        chosen = self.ledger.within_budget(chosen, priority=scores, count=count)  # the last step labels what is left
+        labels, task_index, set_index = self.ledger.reveal(batch, chosen, count)
         logits = self.engine.predict(adapted, batch.query_x[task_index, set_index], task_index)
         loss = self.loss(logits, labels, eta)  # not applied if it or its gradients are not finite (non_finite)
         queries = self._log_training(loss, logits.detach(), labels, scores, chosen, scored, lam)
@@ -253,6 +257,9 @@ class UnitsMAML(pl.LightningModule):
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.ledger.exhausted:
             self.trainer.should_stop = True
+
+    def on_train_end(self) -> None:
+        self.ledger.check_count(self.sampler)
 
     # --- safety: the label budget and non-finite steps --------------------------------------------------
 
@@ -373,7 +380,9 @@ class UnitsMAML(pl.LightningModule):
             correct_belief=queries.correct,
             correct=correct,
         )
-        log = dict(batch_size=batch.num_tasks, on_epoch=True, sync_dist=True)
+        # A float batch size: Lightning 2.6 averages an integer count over processes and floors it, which inflates
+        # every mean when processes evaluate unequal numbers of tasks (Lightning-AI/pytorch-lightning#21859).
+        log = dict(batch_size=float(batch.num_tasks), on_epoch=True, sync_dist=True)
         self.log(keys.stage_key(stage, keys.ACC), correct.float().mean(), prog_bar=True, **log)
         means = {name: outputs[name].mean() for name in keys.BELIEFS}
         self.log_dict({keys.stage_key(stage, k): v for k, v in {keys.LOSS: loss, **means}.items()}, **log)
@@ -385,34 +394,41 @@ class UnitsMAML(pl.LightningModule):
     def _log_training(
         self, loss: Tensor, logits: Tensor, labels: Tensor, scores: Tensor, chosen: Tensor, scored: bool, lam: float
     ) -> TaskBeliefs:
-        """Log the step's means; return the per-query beliefs of the labeled query sets."""
+        """Add the step's means to the epoch's, log them at the logging steps; return the per-query beliefs of the
+        labeled query sets. Reads nothing from the device (the logging steps read what they log)."""
         queries = query_beliefs(self.loss.evidence(logits), labels)
         beliefs = TaskBeliefs(*(x.mean(dim=-1) for x in queries))
-        num_chosen = int(chosen.sum())
+        num_chosen, num_sets = labels.shape[0], chosen.numel()
         values = {
             keys.stage_key(keys.TRAIN, keys.LOSS): loss.detach(),
+            keys.stage_key(keys.TRAIN, keys.ACC): (logits.argmax(-1) == labels).float().mean(),
             **{keys.stage_key(keys.TRAIN, k): v.mean() for k, v in zip(keys.BELIEFS, beliefs, strict=True)},
             keys.selection_uncertainty("chosen"): task_uncertainty(beliefs.vacuity, beliefs.dissonance, lam).mean(),
         }
-        if scored and not bool(chosen.all()):
-            values[keys.selection_uncertainty("rejected")] = scores[~chosen].mean()
-        accuracy = (logits.argmax(-1) == labels).float().mean()
-        self.log(
-            keys.stage_key(keys.TRAIN, keys.ACC),
-            accuracy,
-            on_step=True,
-            on_epoch=True,
-            prog_bar=True,
-            batch_size=num_chosen,
-        )
-        self.log_dict(values, on_step=True, on_epoch=True, batch_size=num_chosen)
-        spent = {
-            keys.LABELS_QUERY_SETS: float(self.ledger.query_sets),
-            keys.LABELS_QUERY_IMAGES: float(self.ledger.query_images),
-            keys.LABELS_SUPPORT_IMAGES: float(self.ledger.support_images),
-        }
-        self.log_dict(spent, on_step=True, on_epoch=False)
+        if scored and num_chosen < num_sets:
+            rejected = torch.where(chosen, torch.zeros_like(scores), scores).sum() / (num_sets - num_chosen)
+            values[keys.selection_uncertainty("rejected")] = rejected
+        self.train_means.update(values, weight=num_chosen)
+        if logging_step(self._trainer):
+            self.ledger.check_count(self.sampler)
+            self.log_dict({keys.step_key(k): v for k, v in values.items()}, on_step=True, on_epoch=False)
+            spent = {
+                keys.LABELS_QUERY_SETS: float(self.ledger.query_sets),
+                keys.LABELS_QUERY_IMAGES: float(self.ledger.query_images),
+                keys.LABELS_SUPPORT_IMAGES: float(self.ledger.support_images),
+            }
+            self.log_dict(spent, on_step=True, on_epoch=False)
         return queries
+
+    def on_train_epoch_start(self) -> None:
+        self.train_means.reset()
+
+    def on_train_epoch_end(self) -> None:
+        """Log the epoch means of the training values (``train/acc_epoch``, ...): weighted by labeled query sets."""
+        means = self.train_means.compute()
+        if means:
+            self.log_dict({keys.epoch_key(k): v for k, v in means.items()}, on_step=False, on_epoch=True)
+        self.train_means.reset()
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["label_ledger"] = self.ledger.state_dict()

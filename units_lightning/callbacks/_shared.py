@@ -1,4 +1,4 @@
-"""Helpers the dashboard callbacks share: reading step outputs and reaching W&B loggers."""
+"""Helpers the callbacks share: reading step outputs, knowing the logging steps and reaching W&B loggers."""
 
 from __future__ import annotations
 
@@ -22,6 +22,12 @@ def step_values(outputs: Any, keys: Iterable[str], callback: str) -> Mapping[str
             "use it with units_lightning.UnitsMAML (or a subclass that returns the same dict)"
         )
     return outputs
+
+
+def logging_step(trainer: pl.Trainer | None) -> bool:
+    """Whether values logged now reach the loggers: every ``log_every_n_steps`` steps (and on the last step). What
+    is logged only then costs nothing on the other steps: no logging call, no device-to-host read."""
+    return trainer is not None and trainer._logger_connector.should_update_logs
 
 
 def wandb_loggers(trainer: pl.Trainer) -> list[WandbLogger]:

@@ -8,23 +8,26 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
 from units_lightning import keys
-from units_lightning.callbacks._shared import step_values
+from units_lightning.callbacks._shared import logging_step, step_values
 
 __all__ = ["ScheduleMonitor"]
 
 
 class ScheduleMonitor(Callback):
     """Log ``schedule/lambda`` (weight of vacuity in the task score) and ``schedule/eta`` (weight of the
-    incorrect-belief regulariser) at every training step, as Lightning's ``LearningRateMonitor`` logs the
-    learning rate. The values are the ones the step used, read from the step outputs of ``UnitsMAML``.
+    incorrect-belief regulariser) as Lightning's ``LearningRateMonitor`` logs the learning rate. The values are the
+    ones the step used, read from the step outputs of ``UnitsMAML``.
 
-    Works with any logger (the values go through ``LightningModule.log``, subject to ``log_every_n_steps``).
+    Works with any logger (the values go through ``LightningModule.log``); only at the logging steps
+    (``log_every_n_steps``), so that the steps between cost nothing.
     """
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         values = step_values(outputs, ("lam", "eta"), type(self).__name__)
+        if not logging_step(trainer):
+            return
         pl_module.log_dict(
             {keys.SCHEDULE_LAMBDA: float(values["lam"]), keys.SCHEDULE_ETA: float(values["eta"])},
             on_step=True,

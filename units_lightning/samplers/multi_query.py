@@ -27,6 +27,10 @@ class MultiQuerySampler(TaskSampler):
     def __init__(self, tasks: int = 8, query_sets: int = 8, warmup_steps: int = 0):
         super().__init__(tasks=tasks, query_sets=query_sets, warmup_steps=warmup_steps)
 
+    def chosen_count(self, step: int) -> int:
+        """One query set per task, during warm-up too."""
+        return self.tasks
+
     def choose(self, scores: Tensor) -> Tensor:
         mask = torch.zeros_like(scores, dtype=torch.bool)
         mask[torch.arange(scores.shape[0], device=scores.device), scores.argmax(dim=1)] = True

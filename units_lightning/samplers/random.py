@@ -20,3 +20,7 @@ class RandomSampler(TaskSampler):
 
     def __init__(self, tasks: int = 8):
         super().__init__(tasks=tasks, query_sets=1, warmup_steps=0)
+
+    def chosen_count(self, step: int) -> int:
+        """Every drawn task's one query set."""
+        return self.tasks

@@ -32,6 +32,10 @@ class SingleTaskSelectionSampler(TaskSampler):
     def num_candidates(self) -> int:
         return self.candidates
 
+    def chosen_count(self, step: int) -> int:
+        """The I kept tasks' query sets, during warm-up too."""
+        return self.tasks
+
     def choose(self, scores: Tensor) -> Tensor:
         flat = scores[:, 0]
         mask = torch.zeros_like(scores, dtype=torch.bool)

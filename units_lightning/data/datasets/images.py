@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import torch
@@ -41,6 +42,11 @@ class FewShotImages(Dataset):
     def gather(self, indices: Tensor) -> Tensor:
         """Images at ``indices`` as float32 in [0, 1], shape (len(indices), C, H, W)."""
         raise NotImplementedError
+
+    def to(self, device: torch.device | str) -> FewShotImages:
+        """This collection with its pixels kept on ``device``, so that ``gather`` builds batches there (no copy of
+        the batch per step). The base class, and collections that decode files per batch, return themselves."""
+        return self
 
 
 class TensorImages(FewShotImages):
@@ -101,11 +107,25 @@ class TensorImages(FewShotImages):
             self._scale = 1.0 / (255.0 * std_tensor)
             self._shift = torch.tensor(self.mean, dtype=torch.float32).reshape(-1, 1, 1) / std_tensor
 
+    def to(self, device: torch.device | str) -> TensorImages:
+        moved = copy.copy(self)
+        moved.images = self.images.to(device)
+        if self._scale is not None and self._shift is not None:
+            moved._scale, moved._shift = self._scale.to(device), self._shift.to(device)
+        return moved
+
     def gather(self, indices: Tensor) -> Tensor:
-        pixels = self.images[indices].float()
+        pixels = self.images[_on(indices, self.images.device)].float()
         if self._scale is None or self._shift is None:
             return pixels.div_(255.0)
         return pixels.mul_(self._scale).sub_(self._shift)
+
+
+def _on(indices: Tensor, device: torch.device) -> Tensor:
+    """``indices`` on ``device``; to a GPU through page-locked memory, so that the copy does not wait for the GPU."""
+    if indices.device == device:
+        return indices
+    return indices.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else indices.to(device)
 
 
 def check_normalization(
@@ -157,10 +177,23 @@ class RotatedClasses(FewShotImages):
         self.image_shape = base.image_shape
         self.split = base.split
 
+    def to(self, device: torch.device | str) -> RotatedClasses:
+        base = self.base.to(device)
+        if base is self.base:
+            return self
+        moved = copy.copy(self)
+        moved.base, moved._quarter_turns = base, self._quarter_turns.to(device)
+        return moved
+
     def gather(self, indices: Tensor) -> Tensor:
         num_rot = len(self.rotations)
         images = self.base.gather(indices // num_rot)
-        quarter_turns = self._quarter_turns[indices % num_rot]
+        quarter_turns = self._quarter_turns[_on(indices % num_rot, self._quarter_turns.device)]
+        if images.is_cuda:  # every turn of every image, the right one picked: no read of which turns occur
+            for k in range(1, 4):
+                turned = (quarter_turns == k).view(-1, *([1] * (images.dim() - 1)))
+                images = torch.where(turned, torch.rot90(images, k, dims=(-2, -1)), images)
+            return images
         for k in quarter_turns.unique().tolist():
             if k:
                 mask = quarter_turns == k
