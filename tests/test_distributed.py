@@ -1,45 +1,147 @@
-"""Two-process data-parallel training on the CPU (gloo): ranks draw their own tasks, the ledger counts all."""
+"""Two-process data-parallel training on the CPU (gloo): one set of weights, a task stream per rank, one ledger.
 
+The script trains the same tiny run twice in the same two processes, so that one launch (the slow part on a CPU)
+shows what every step did on each rank and that the run repeats itself.
+"""
+
+import copy
 import textwrap
 
-from tiny_setup import run_two_rank_script
+import lightning.pytorch as pl
+import pytest
+import torch
+from tiny_setup import run_two_rank_script, tiny_data, tiny_model
+
+from units_lightning.data.episodic import EpisodeDataset
+from units_lightning.samplers import MultiQuerySampler
 
 SCRIPT = textwrap.dedent("""
-    import json, sys
+    import hashlib, json, sys
     import lightning.pytorch as pl
     from lightning.pytorch.callbacks import Callback
     sys.path.insert(0, {tests!r})
     from tiny_setup import tiny_data, tiny_model
     from units_lightning.samplers import MultiQuerySampler
 
-    class Record(Callback):
-        classes = []
-        labeled = []
-        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            self.classes.append(batch.classes.tolist())
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-            self.labeled.append(int(outputs["chosen"].sum()))
+    def digest(model):
+        return hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
 
-    pl.seed_everything(0, verbose=False)
-    data = tiny_data(MultiQuerySampler(tasks=2, query_sets=2))
-    model = tiny_model(label_budget=10, sampler=data.sampler)
-    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=50, limit_train_batches=100,
-                         limit_val_batches=2, val_check_interval=2, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, inference_mode=False,
-                         callbacks=[Record()])
-    trainer.fit(model, data)
+    class Record(Callback):
+        def __init__(self):
+            self.steps, self.first_gradient = [], None
+        def on_before_optimizer_step(self, trainer, pl_module, optimizer):  # after DDP's all-reduce
+            if trainer.global_step == 0:
+                self.first_gradient = [None if p.grad is None else p.grad.flatten().tolist()
+                                       for p in pl_module.parameters()]
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):  # after the optimizer step
+            self.steps.append({{"step": batch.step, "classes": batch.classes.tolist(),
+                               "labeled": int(outputs["chosen"].sum()), "support_images": batch.support_y.numel(),
+                               "parameters": digest(pl_module)}})
+
+    def run():
+        pl.seed_everything(0, verbose=False)
+        data = tiny_data(MultiQuerySampler(tasks=2, query_sets=2))
+        model = tiny_model(label_budget=10, sampler=data.sampler)
+        record = Record()
+        trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=50, limit_train_batches=100,
+                             limit_val_batches=2, val_check_interval=2, logger=False, enable_checkpointing=False,
+                             enable_progress_bar=False, enable_model_summary=False, inference_mode=False,
+                             callbacks=[record])
+        initial = digest(model)
+        trainer.fit(model, data)
+        return trainer, {{"initial": initial, "steps": record.steps, "global_steps": trainer.global_step,
+                         "first_gradient": record.first_gradient,
+                         "ledger": model.ledger.state_dict(), "val_acc": float(trainer.callback_metrics["val/acc"])}}
+
+    trainer, first = run()
+    _, second = run()
     with open(f"result_{{trainer.global_rank}}.json", "w") as out:
-        json.dump({{"rank": trainer.global_rank, "steps": trainer.global_step, "ledger": model.ledger.state_dict(),
-                   "classes": Record.classes, "labeled": Record.labeled,
-                   "val_acc": float(trainer.callback_metrics["val/acc"])}}, out)
+        json.dump({{"rank": trainer.global_rank, "first": first, "second": second}}, out)
 """)
 
+QUERY_IMAGES_PER_SET = 5  # n_way x query_shots of tiny_data
 
-def test_ddp_ranks_draw_different_tasks_and_share_one_label_budget(tmp_path):
-    results = run_two_rank_script(tmp_path, SCRIPT)
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory) -> dict[int, dict]:
+    if not torch.distributed.is_available():
+        pytest.skip("torch.distributed unavailable")
+    return run_two_rank_script(tmp_path_factory.mktemp("ddp"), SCRIPT)
+
+
+def test_ranks_hold_identical_parameters_after_every_step(ranks):
+    rank_0, rank_1 = ranks[0]["first"], ranks[1]["first"]
+    assert len(rank_0["steps"]) == len(rank_1["steps"]) == 3
+    for step_0, step_1 in zip(rank_0["steps"], rank_1["steps"], strict=True):
+        assert step_0["parameters"] == step_1["parameters"], f"the ranks' weights differ after step {step_0['step']}"
+    digests = [step["parameters"] for step in rank_0["steps"]]
+    assert rank_0["initial"] not in digests and len(set(digests)) == 3, "every step must change the weights"
+
+
+def _streams() -> tuple:
+    """The tiny run's data module and each rank's training stream (the rank is part of the episode seed)."""
+    data = tiny_data(MultiQuerySampler(tasks=2, query_sets=2))
+    data.setup("fit")
+    streams = {
+        rank: EpisodeDataset(data.split("train"), data.sampler, data.seed, "train", rank=rank) for rank in (0, 1)
+    }
+    return data, streams
+
+
+def test_rank_zero_draws_the_single_process_stream():
+    data, streams = _streams()
+    loader = iter(data.train_dataloader())  # outside any trainer: one process
+    for step in range(3):
+        batch = next(loader)
+        assert torch.equal(batch.classes, streams[0][step].classes)
+        assert not torch.equal(batch.classes, streams[1][step].classes)
+
+
+def test_ranks_train_on_different_tasks_each_from_its_stream(ranks):
+    _, streams = _streams()
+    for rank in (0, 1):
+        for step in ranks[rank]["first"]["steps"]:
+            assert step["classes"] == streams[rank][step["step"]].classes.tolist(), (rank, step["step"])
+    for step_0, step_1 in zip(ranks[0]["first"]["steps"], ranks[1]["first"]["steps"], strict=True):
+        assert step_0["classes"] != step_1["classes"]
+
+
+def test_ledger_is_the_sum_over_ranks_of_what_each_labeled(ranks):
+    steps = [step for rank in (0, 1) for step in ranks[rank]["first"]["steps"]]
+    labeled = sum(step["labeled"] for step in steps)
     # Each step labels 2 query sets per rank, 4 in all: after 2 steps 2 are left of the budget of 10, one per rank.
-    for result in results.values():
-        assert result["steps"] == 3 and result["labeled"] == [2, 2, 1]
-        assert result["ledger"]["query_sets"] == 10 and result["ledger"]["support_images"] == 60
-    assert results[0]["classes"] != results[1]["classes"]
-    assert results[0]["val_acc"] == results[1]["val_acc"]
+    assert [step["labeled"] for step in ranks[0]["first"]["steps"]] == [2, 2, 1] and labeled == 10
+    for rank in (0, 1):
+        ledger = ranks[rank]["first"]["ledger"]
+        assert ranks[rank]["first"]["global_steps"] == 3
+        assert ledger["query_sets"] == labeled
+        assert ledger["query_images"] == labeled * QUERY_IMAGES_PER_SET
+        assert ledger["support_images"] == sum(step["support_images"] for step in steps) == 60
+        assert ledger["skipped_steps"] == 0
+    assert ranks[0]["first"]["val_acc"] == ranks[1]["first"]["val_acc"]
+
+
+def test_a_run_repeats_itself_for_a_given_number_of_ranks(ranks):
+    for rank in (0, 1):
+        assert ranks[rank]["second"] == ranks[rank]["first"], f"rank {rank}: a second identical run differs"
+
+
+def test_the_meta_gradient_is_the_mean_of_the_ranks_gradients(ranks):
+    """DDP averages: the applied gradient is the mean over ranks of each rank's gradient on its own tasks."""
+    pl.seed_everything(0, verbose=False)  # the weights both ranks start from, as in the script
+    data, streams = _streams()
+    model = tiny_model(sampler=data.sampler)
+    local = []
+    for rank in (0, 1):
+        copied = copy.deepcopy(model)
+        copied.training_step(streams[rank][0], 0)["loss"].backward()  # rank's first step, on one process
+        local.append([p.grad for p in copied.parameters()])
+    applied = ranks[0]["first"]["first_gradient"]
+    assert applied == ranks[1]["first"]["first_gradient"]
+    used = [i for i, g in enumerate(applied) if g is not None]
+    assert used and all(local[0][i] is not None and local[1][i] is not None for i in used)
+    mean = torch.cat([(local[0][i] + local[1][i]).flatten() / 2 for i in used])
+    total = torch.cat([(local[0][i] + local[1][i]).flatten() for i in used])
+    gradient = torch.tensor([x for i in used for x in applied[i]])
+    torch.testing.assert_close(gradient, mean, rtol=1e-4, atol=1e-7)
+    assert not torch.allclose(gradient, total, rtol=1e-3), "a sum over ranks, not a mean"

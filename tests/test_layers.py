@@ -31,6 +31,7 @@ FOUNDATIONS = (
     "units_lightning.runs",
     "units_lightning.samplers",
     "units_lightning.schedules",
+    "units_lightning.sigterm",
 )
 DATA_MODULES = ("units_lightning.data.episodic", "units_lightning.data.datamodules", "units_lightning.data.prediction")
 ABOVE = ("units_lightning.module", "units_lightning.callbacks", "units_lightning.cli", "units_lightning.__main__")
@@ -75,6 +76,18 @@ CONTRACTS = (
         ("units_lightning.data.datasets", *DATA_MODULES),
     ),
     Contract("data: datasets below the DataModules", ("units_lightning.data.datasets",), DATA_MODULES),
+    Contract(
+        "the annotation loop (select, ingest) sits on the module and the data: nothing below it imports it",
+        (
+            *FOUNDATIONS,
+            "units_lightning.data",
+            "units_lightning.evaluation",
+            "units_lightning.dashboard",
+            "units_lightning.callbacks",
+            "units_lightning.module",
+        ),
+        ("units_lightning.annotation",),
+    ),
     Contract(
         "nothing below the CLI imports it",
         tuple(

@@ -7,6 +7,7 @@ import textwrap
 
 import pytest
 import torch
+from lightning.fabric.plugins.environments.lightning import find_free_network_port
 
 from units_lightning.metrics import UncertaintyMetrics
 
@@ -49,9 +50,8 @@ def report(shards: list) -> dict:
 def test_two_rank_reduction_equals_one_process_on_all_queries(tmp_path):
     from tiny_setup import REPO
 
-    port = 29500 + (hash(str(tmp_path)) % 2000)
     script = tmp_path / "ranks.py"
-    script.write_text(SCRIPT.format(tests=str(REPO / "tests"), port=port))
+    script.write_text(SCRIPT.format(tests=str(REPO / "tests"), port=find_free_network_port()))
     processes = [
         subprocess.Popen(
             [sys.executable, str(script), str(rank)],
@@ -62,7 +62,11 @@ def test_two_rank_reduction_equals_one_process_on_all_queries(tmp_path):
         )
         for rank in (0, 1)
     ]
-    outputs = [p.communicate(timeout=240) for p in processes]
+    try:
+        outputs = [p.communicate(timeout=240) for p in processes]
+    finally:  # a rank left waiting for the other must not outlive the test
+        for process in processes:
+            process.kill()
     for process, (_, err) in zip(processes, outputs, strict=True):
         assert process.returncode == 0, err[-3000:]
     results = [json.loads(line[7:]) for out, _ in outputs for line in out.splitlines() if line.startswith("RESULT ")]

@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -73,16 +74,34 @@ def tiny_trainer(tmp_path: Path, **kwargs) -> pl.Trainer:
     return pl.Trainer(**options)
 
 
-def run_two_rank_script(tmp_path: Path, script: str) -> dict[int, dict]:
+def run_two_rank_script(tmp_path: Path, script: str, timeout: float = 300) -> dict[int, dict]:
     """Run a two-process DDP script (``{tests}`` is replaced by this folder) and read each rank's result.
 
     Each rank writes ``result_<rank>.json`` in the working folder: lines that two processes print to one pipe
-    can interleave.
+    can interleave. The script runs in its own process group, killed whole after ``timeout`` seconds (a rank
+    left waiting in a collective would otherwise outlive the test), and without the launcher variables of an
+    enclosing run (``torchrun``, SLURM), so that Lightning starts both ranks itself on a free port.
     """
     path = tmp_path / "ddp_script.py"
     path.write_text(script.format(tests=str(REPO / "tests")))
-    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
+    launcher = ("MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "NODE_RANK", "RANK", "WORLD_SIZE", "SLURM_NTASKS")
+    env = {k: v for k, v in os.environ.items() if k not in launcher}
+    process = subprocess.Popen(
+        [sys.executable, str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        _, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        _, stderr = process.communicate()
+        raise AssertionError(f"the two-rank script ran past {timeout} s (killed):\n{stderr[-3000:]}") from None
+    assert process.returncode == 0, stderr[-3000:]
     results = {r["rank"]: r for r in (json.loads(p.read_text()) for p in tmp_path.glob("result_*.json"))}
     assert set(results) == {0, 1}
     return results

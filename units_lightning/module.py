@@ -40,6 +40,7 @@ from units_lightning.metrics.running_means import RunningMeans
 from units_lightning.outputs import EvalStepOutput, PredictStepOutput, TestStepOutput, TrainStepOutput
 from units_lightning.samplers import TaskSampler
 from units_lightning.schedules import LinearAnneal, LinearWarmup, Schedule
+from units_lightning.sigterm import check_sigterm_at_logging_steps
 
 __all__ = ["UnitsMAML"]
 
@@ -267,6 +268,7 @@ class UnitsMAML(pl.LightningModule):
         """Before the first step (and the sanity check): bind the ledger to the ranks and refuse a label budget
         smaller than one meta-batch, or one already spent by a restored checkpoint."""
         self.ledger.start(getattr(self.sampler, "tasks", 1), self.trainer.global_rank, self.trainer.world_size)
+        check_sigterm_at_logging_steps(self.trainer)  # under DDP, not a collective and a read at every step
 
     # --- evaluation: one path (adapt, predict the query sets) for validate, test and predict --------------
 

@@ -14,7 +14,15 @@ from units_lightning.episode import EpisodeIndices, EpisodeSpec, SealedLabels, T
 from units_lightning.samplers.base import TaskSampler
 from units_lightning.samplers.random import RandomSampler
 
-__all__ = ["EpisodeDataset", "EpisodeLoader", "EpisodicDataModule", "StepSampler", "build_batch"]
+__all__ = [
+    "EpisodeDataset",
+    "EpisodeLoader",
+    "EpisodicDataModule",
+    "ShardSampler",
+    "StepSampler",
+    "build_batch",
+    "evaluation_shard",
+]
 
 _STREAMS = {"train": 0, "val": 1, "test": 2}
 
@@ -44,15 +52,48 @@ def _concatenate(parts: list[EpisodeIndices]) -> EpisodeIndices:
     )
 
 
+def evaluation_shard(num_tasks: int, rank: int = 0, world_size: int = 1, option: str = "num_tasks") -> range:
+    """The fixed evaluation tasks that process ``rank`` of ``world_size`` evaluates: a contiguous block of them.
+
+    Every task goes to exactly one process and the blocks differ in size by at most one task. Unlike
+    ``DistributedSampler``, nothing is repeated to even them out, so metrics summed over processes count each
+    task once. In rank order the blocks are the task list in order, so the states that processes gather (the
+    ranking metrics' per-query lists) hold the queries in the order one process would.
+
+    Args:
+        num_tasks: evaluation tasks in all; rank: this process; world_size: the number of processes.
+        option: the setting that gave ``num_tasks``, named in the error (``data.val_tasks``).
+
+    Example:
+        >>> [list(evaluation_shard(7, rank, world_size=2)) for rank in range(2)]
+        [[0, 1, 2], [3, 4, 5, 6]]
+
+    Raises:
+        ValueError: if there are fewer tasks than processes: a process without a task would skip the
+            evaluation and leave the others waiting for it when they sum their metrics.
+    """
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank must lie in 0 .. {world_size - 1} for {world_size} processes, got {rank}")
+    if num_tasks < world_size:
+        raise ValueError(
+            f"{option}={num_tasks} is fewer than the {world_size} processes of this run: under data-parallel "
+            f"evaluation every process evaluates at least one task. Raise {option} to at least {world_size}, or "
+            "evaluate on fewer devices"
+        )
+    return range(rank * num_tasks // world_size, (rank + 1) * num_tasks // world_size)
+
+
 class EpisodeDataset(Dataset):
     """Item ``i`` is a meta-batch drawn by ``sampler`` from a generator seeded by (seed, stream, rank, i).
 
     Training asks for item ``global_step``; so a resumed run, every DDP rank (through ``rank``) and every
     data-loader worker draws its own reproducible tasks with no sampler state to save.
 
-    With ``tasks_per_item`` set (evaluation), item ``i`` holds tasks ``i * tasks_per_item ...`` up to
-    ``num_tasks``, each task drawn from its own generator, so the fixed evaluation tasks do not depend on
-    how they are batched.
+    With ``tasks_per_item`` set (evaluation), item ``i`` holds tasks ``i * tasks_per_item ...`` of ``tasks``
+    (default: all ``num_tasks``; under data-parallel evaluation, this process's ``evaluation_shard``), the last
+    item fewer where they do not divide. Each task is drawn from its own generator, seeded by its number among
+    all ``num_tasks``, so the fixed evaluation tasks depend neither on how they are batched nor on how many
+    processes share them.
     """
 
     def __init__(
@@ -64,10 +105,14 @@ class EpisodeDataset(Dataset):
         rank: int = 0,
         num_tasks: int | None = None,
         tasks_per_item: int | None = None,
+        tasks: range | None = None,
     ):
         self.images, self.sampler = images, sampler
         self.seed, self.stream, self.rank = seed, _STREAMS[stream], rank
         self.num_tasks, self.tasks_per_item = num_tasks, tasks_per_item
+        self.tasks = tasks if tasks is not None else range(num_tasks or 0)
+        if num_tasks is not None and len(self.tasks) and not 0 <= min(self.tasks) <= max(self.tasks) < num_tasks:
+            raise ValueError(f"tasks must lie in 0 .. {num_tasks - 1}, got {self.tasks}")
 
     def _rng(self, index: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, self.stream, self.rank, index])
@@ -75,13 +120,14 @@ class EpisodeDataset(Dataset):
     def __len__(self) -> int:
         if self.num_tasks is None or self.tasks_per_item is None:
             raise TypeError("a training episode stream has no length")
-        return -(-self.num_tasks // self.tasks_per_item)
+        return -(-len(self.tasks) // self.tasks_per_item)
 
     def __getitem__(self, index: int) -> TaskBatch:
         if self.tasks_per_item is None:
             return build_batch(self.images, self.sampler.sample(self._rng(index), index), step=index)
-        first = index * self.tasks_per_item
-        tasks = range(first, min(first + self.tasks_per_item, self.num_tasks or 0))
+        if not 0 <= index < len(self):
+            raise IndexError(f"evaluation batch {index} out of range: {len(self)} batches")
+        tasks = self.tasks[index * self.tasks_per_item : (index + 1) * self.tasks_per_item]
         return build_batch(self.images, _concatenate([self.sampler.sample(self._rng(t), t) for t in tasks]), index)
 
 
@@ -111,6 +157,26 @@ class StepSampler(DistributedSampler):
             step += 1
 
 
+class ShardSampler(DistributedSampler):
+    """Yields ``0, 1, ..., num_items - 1`` once: every evaluation batch of this process's share, in order.
+
+    The dataset holds only this process's tasks already (``evaluation_shard``). The class derives from
+    ``DistributedSampler`` only to say so to Lightning, which would otherwise replace it (``use_distributed_sampler``)
+    with a ``DistributedSampler`` that splits the batches again and repeats some to even out the processes.
+    """
+
+    def __init__(self, num_items: int):
+        # DistributedSampler.__init__ is skipped on purpose: it would split the items by rank a second time.
+        self.num_items = num_items
+        self.epoch, self.shuffle = 0, False
+
+    def __len__(self) -> int:
+        return self.num_items
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.num_items))
+
+
 def _identity(batch: TaskBatch) -> TaskBatch:
     return batch
 
@@ -134,15 +200,19 @@ class EpisodicDataModule(pl.LightningDataModule):
     ``eval_query_shots`` queries per class. Subclasses provide the splits by overriding ``make_split``;
     to use your own in-memory data, pass ``splits`` instead.
 
+    Under data-parallel training every process draws its own training tasks (the rank is part of their seed;
+    rank 0 draws those of a single-process run), and evaluates a contiguous block of the fixed validation and
+    test tasks (``evaluation_shard``): every task once, so metrics summed over processes are those of one.
+
     Args:
         sampler: task sampler for training (default: ``RandomSampler(tasks=8)``).
         n_way: classes per task.
         k_shot: support images per class.
         query_shots: query images per class in each training query set.
         eval_query_shots: query images per class in validation and test tasks (default: ``query_shots``).
-        val_tasks: number of fixed validation tasks.
-        test_tasks: number of fixed test tasks.
-        eval_batch_tasks: evaluation tasks per batch.
+        val_tasks: number of fixed validation tasks (at least one per process).
+        test_tasks: number of fixed test tasks (at least one per process).
+        eval_batch_tasks: evaluation tasks per batch (each process's last batch holds what is left).
         seed: seed of every episode stream (training, validation, test differ by stream id).
         num_workers: data-loader worker processes.
         splits: ready-made ``{"train": ..., "val": ..., "test": ...}`` collections (optional).
@@ -200,8 +270,15 @@ class EpisodicDataModule(pl.LightningDataModule):
     def split(self, name: str) -> FewShotImages:
         """The (cached) collection of split ``name``."""
         if name not in self._splits:
-            self._splits[name] = self.make_split(name)
+            self._splits[name] = self.make_split(name).to(self._images_device)
         return self._splits[name]
+
+    @property
+    def _images_device(self) -> torch.device:
+        """Where the splits keep their pixels: on the training GPU when batches are built in the main process
+        (``num_workers=0``), so that a batch is gathered there instead of copied there at every step."""
+        device = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
+        return device if device.type == "cuda" and self.num_workers == 0 else torch.device("cpu")
 
     def setup(self, stage: str | None = None) -> None:
         """Build the splits the stage needs and check every requested episode shape against them."""
@@ -221,6 +298,10 @@ class EpisodicDataModule(pl.LightningDataModule):
     def _rank(self) -> int:
         return self.trainer.global_rank if self.trainer is not None else 0
 
+    @property
+    def _world_size(self) -> int:
+        return self.trainer.world_size if self.trainer is not None else 1
+
     def _loader(self, dataset: Dataset, loader: type[DataLoader] = DataLoader, **kwargs) -> DataLoader:
         return loader(
             dataset,
@@ -228,8 +309,14 @@ class EpisodicDataModule(pl.LightningDataModule):
             collate_fn=_identity,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
+            pin_memory=self._pins_memory,
             **kwargs,
         )
+
+    @property
+    def _pins_memory(self) -> bool:
+        """Pinned batches on CUDA: their copy to the GPU then runs asynchronously instead of waiting for the GPU."""
+        return self.trainer is not None and self.trainer.strategy.root_device.type == "cuda"
 
     def train_dataloader(self) -> DataLoader:
         if self.sampler.spec is None:
@@ -246,11 +333,12 @@ class EpisodicDataModule(pl.LightningDataModule):
             self._eval_samplers[name],
             self.seed,
             name,
-            rank=0,
+            rank=0,  # the fixed tasks are the same for every process; each evaluates its share of them
             num_tasks=num_tasks,
             tasks_per_item=self.eval_batch_tasks,
+            tasks=evaluation_shard(num_tasks, self._rank, self._world_size, option=f"data.{name}_tasks"),
         )
-        return self._loader(dataset, shuffle=False)
+        return self._loader(dataset, sampler=ShardSampler(len(dataset)))
 
     def val_dataloader(self) -> DataLoader:
         return self._eval_loader("val", self.val_tasks)
