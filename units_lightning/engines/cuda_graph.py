@@ -69,9 +69,14 @@ class GraphedInnerLoop:
                 self._warned = True
             return self.engine(support_x, support_y, loss, steps, create_graph)
         if graphed is None:
+            # Capture with aliases of the parameters (same storage, so replays read the live weights): the captured
+            # graph, kept alive, then holds the aliases' gradient accumulators, not the parameters'. Holding those
+            # would pin them to the capture's side stream, and every later backward would warn of a stream mismatch
+            # and synchronise the streams.
+            aliases = [p.detach().requires_grad_(p.requires_grad) for p in params]
             graphed = torch.cuda.make_graphed_callables(
                 self.functional(names, loss, steps, create_graph),
-                (support_x, support_y, *params),
+                (support_x, support_y, *aliases),
                 allow_unused_input=True,
             )
             self._graphs[key] = graphed

@@ -32,6 +32,5 @@ class MultiQuerySampler(TaskSampler):
         return self.tasks
 
     def choose(self, scores: Tensor) -> Tensor:
-        mask = torch.zeros_like(scores, dtype=torch.bool)
-        mask[torch.arange(scores.shape[0], device=scores.device), scores.argmax(dim=1)] = True
-        return mask
+        # scatter_ of a scalar: indexed assignment of True would copy the scalar to the GPU and wait for it
+        return torch.zeros_like(scores, dtype=torch.bool).scatter_(1, scores.argmax(dim=1, keepdim=True), True)

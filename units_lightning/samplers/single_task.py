@@ -37,10 +37,8 @@ class SingleTaskSelectionSampler(TaskSampler):
         return self.tasks
 
     def choose(self, scores: Tensor) -> Tensor:
-        flat = scores[:, 0]
-        mask = torch.zeros_like(scores, dtype=torch.bool)
-        mask[flat.topk(self.tasks).indices, 0] = True
-        return mask
+        kept = scores[:, :1].topk(self.tasks, dim=0).indices  # scatter_ of a scalar: no copy to the GPU, no wait
+        return torch.zeros_like(scores, dtype=torch.bool).scatter_(0, kept, True)
 
     def __repr__(self) -> str:
         return (
