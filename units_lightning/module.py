@@ -71,8 +71,8 @@ class UnitsMAML(pl.LightningModule):
         engine: "batched" (every task at once with torch.func), "learn2learn" (one task at a time, the
             reference) or "auto" (batched). Both compute the same meta-gradients (tests/engines).
         chunk_size: tasks the batched engine vectorises at once (None: all); bounds evaluation memory.
-        capture: speed-up of the batched engine's training steps: "auto" (CUDA graphs on a single GPU, else
-            none), "none", "cuda_graph" (replay the inner loop as CUDA graphs: the same kernels, up to 5x
+        capture: speed-up of the batched engine's training steps: "auto" (CUDA graphs on CUDA, data-parallel
+            training included), "none", "cuda_graph" (replay the inner loop as CUDA graphs: the same kernels, up to 5x
             faster on a GPU) or "compile" (experimental); see ``BatchedEngine`` and docs/PERFORMANCE.md.
         compile_scoring: compile the batched engine's scoring of candidate query sets (a forward pass
             without gradient) with ``torch.compile``: "auto" (on CUDA; falls back to eager with one warning
