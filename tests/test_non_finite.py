@@ -135,3 +135,19 @@ def test_the_dashboards_leave_a_skipped_step_out(tmp_path):
     assert metrics["train/theorem1_holds"] == 1.0 and torch.isfinite(metrics["train/theorem1_margin"])
     assert torch.isfinite(metrics["selection/uncertainty_chosen_p50"])
     assert model.ledger.skipped_steps == 1
+
+
+def test_skips_counted_on_the_device_are_in_every_checkpoint(tmp_path):
+    """With a fused optimizer the guard counts skips on the device; a checkpoint taken at a logging step (where it
+    settles them, in a hook that may not log) holds them, and the run goes on."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    model, _, poison, data = fit(tmp_path, "loss", fused=True)
+    saver = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=1, save_top_k=-1)
+    trainer = tiny_trainer(
+        tmp_path, max_steps=5, callbacks=[poison, saver], log_every_n_steps=1, enable_checkpointing=True
+    )
+    with pytest.warns(UserWarning, match="skipped"):
+        trainer.fit(model, data)
+    last = torch.load(tmp_path / "ckpt" / "epoch=0-step=5.ckpt", weights_only=False)
+    assert last["label_ledger"]["skipped_steps"] == 1 and model.ledger.skipped_steps == 1

@@ -125,9 +125,10 @@ class NonFiniteGuard(Callback):
         if ledger.skipped_steps == 1:
             _warn_first(what, loss, trainer.global_step, spent)
 
-    def settle(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """Move the skipped steps counted on the device into the ledger (one read), log their count, warn the first
-        time. Called at logging steps, before checkpoints and at the end of training."""
+    def settle(self, trainer: pl.Trainer, pl_module: pl.LightningModule, log: bool = True) -> None:
+        """Move the skipped steps counted on the device into the ledger (one read), log their count (with ``log``, at
+        a logging step), warn the first time. Called at logging steps, before checkpoints and at the end of training
+        (hooks where Lightning allows no logging)."""
         if self._pending is None:
             return
         steps, query_sets, first_step, first_loss, first_sets = self._pending.tolist()
@@ -135,7 +136,7 @@ class NonFiniteGuard(Callback):
         ledger = pl_module.ledger
         before = ledger.skipped_steps
         ledger.record_skipped(int(steps), int(query_sets))
-        if logging_step(trainer):
+        if log and logging_step(trainer):
             pl_module.log(keys.TRAIN_SKIPPED_STEPS, float(ledger.skipped_steps), on_step=True, on_epoch=False)
         if before == 0 and ledger.skipped_steps > 0:
             what = "gradients" if torch.isfinite(torch.tensor(first_loss)) else "meta-loss"
@@ -144,10 +145,10 @@ class NonFiniteGuard(Callback):
     def on_save_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
-        self.settle(trainer, pl_module)  # before the module writes its ledger into the checkpoint
+        self.settle(trainer, pl_module, log=False)  # before the module writes its ledger into the checkpoint
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.settle(trainer, pl_module)
+        self.settle(trainer, pl_module, log=False)
 
 
 def _loss_text(what: str, loss: Tensor | None) -> str:
