@@ -5,6 +5,11 @@ reads the typed step outputs of ``units_lightning.outputs``; the run's files are
 (``config.yaml``), ``ResultsWriter`` (``results.json`` after ``test``; ``UnitsMAML`` adds one to every trainer)
 and ``PredictionWriter`` (``predictions.csv`` after ``predict``).
 
+``MilestoneCheckpoint`` saves a checkpoint at given counts of labeled query sets (the label-budget configs: 4,000,
+8,000 and 10,000), so that one run gives every point of a label-budget table.
+
+``ValidationProgress`` is the quiet progress display of the ``units-lightning`` command: one line per validation.
+
 ``CollapseMonitor`` warns when training sits at chance with vacuity near 0 or 1 (a diverged run); the
 ``units-lightning`` command adds one to every run, configured by ``--collapse.window`` and friends.
 
@@ -19,8 +24,10 @@ from __future__ import annotations
 from lightning.pytorch.callbacks import Callback
 
 from units_lightning.callbacks.collapse_monitor import CollapseMonitor, TrainingCollapseWarning
+from units_lightning.callbacks.milestone_checkpoint import MilestoneCheckpoint
 from units_lightning.callbacks.non_finite import NonFiniteGuard
 from units_lightning.callbacks.prediction_writer import PredictionWriter
+from units_lightning.callbacks.progress import ValidationProgress
 from units_lightning.callbacks.results_writer import ResultsWriter
 from units_lightning.callbacks.save_config import SaveRunConfig
 from units_lightning.callbacks.schedule_monitor import ScheduleMonitor
@@ -30,6 +37,7 @@ from units_lightning.callbacks.uncertainty_curves import UncertaintyCurves
 
 __all__ = [
     "CollapseMonitor",
+    "MilestoneCheckpoint",
     "NonFiniteGuard",
     "PredictionWriter",
     "ResultsWriter",
@@ -39,6 +47,7 @@ __all__ = [
     "TheoremOneMonitor",
     "TrainingCollapseWarning",
     "UncertaintyCurves",
+    "ValidationProgress",
     "dashboard_callbacks",
 ]
 

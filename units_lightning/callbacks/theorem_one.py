@@ -69,6 +69,10 @@ class TheoremOneMonitor(Callback):
 
     # --- hooks ----------------------------------------------------------------------------------------
 
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # A run resumed mid-epoch gets no on_train_epoch_start (Lightning skips it): move the check here too.
+        self._reset(pl_module, keys.TRAIN)
+
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._reset(pl_module, keys.TRAIN)
 

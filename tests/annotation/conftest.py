@@ -1,0 +1,145 @@
+"""Fixtures of the annotation tests: a small project of SyntheticGlyphs written to PNG, with its answer key."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+from units_lightning.annotation.batch import AnnotationBatch, ImagePrediction, SelectedQuerySet
+from units_lightning.annotation.layout import AnnotationProject, load_project
+from units_lightning.annotation.simulation import write_simulated_project
+from units_lightning.data.datasets.synthetic import SyntheticGlyphs
+
+TASKS, N_WAY, UNLABELED_PER_CLASS, IMAGE_SIZE = 3, 5, 6, 16
+ANNOTATION_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "annotation.yaml"
+
+
+def _project_options(root: Path) -> list[str]:
+    """configs/annotation.yaml shrunk to the tiny glyph project: what select and fit both take."""
+    return [
+        "--config",
+        str(ANNOTATION_CONFIG),
+        "--model.filters=4",
+        "--model.inner_steps=1",
+        f"--data.init_args.image_size={IMAGE_SIZE}",
+        f"--data.init_args.root={root}",
+        "--data.init_args.sampler.init_args.tasks=2",
+        "--data.init_args.sampler.init_args.query_sets=3",
+    ]
+
+
+def _fit_options(run: Path, steps: int = 3) -> list[str]:
+    """The trainer options of a fast CPU fit without logger, checkpoints in ``run/checkpoints``."""
+    return [
+        "--trainer.accelerator=cpu",
+        "--trainer.logger=false",
+        f"--trainer.limit_train_batches={steps}",
+        "--trainer.enable_progress_bar=false",
+        f"--trainer.default_root_dir={run}",
+        "--dashboard_callbacks=false",
+    ]
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``label_studio`` start a Label Studio server (about a minute): they run only when ``-m``
+    asks for them (``.ci/run`` runs ``pytest -m label_studio`` after the main suite)."""
+    if "label_studio" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="starts a Label Studio server: run with -m label_studio (.ci/run does)")
+    for item in items:
+        if "label_studio" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def _written_project(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    root = tmp_path_factory.mktemp("glyph-project") / "project"
+    per_class = 1 + UNLABELED_PER_CLASS
+    glyphs = SyntheticGlyphs("val", num_classes=TASKS * N_WAY, images_per_class=per_class, image_size=IMAGE_SIZE)
+    key = write_simulated_project(glyphs, root, TASKS, N_WAY, k_shot=1, unlabeled_per_class=UNLABELED_PER_CLASS)
+    return root, key
+
+
+@pytest.fixture
+def glyph_project(_written_project, tmp_path) -> tuple[Path, dict[str, str]]:
+    """A fresh copy of a 3-task, 5-way 1-shot project of 16x16 glyph PNGs (30 unlabeled images per task), and the
+    answer key of its unlabeled images."""
+    source, key = _written_project
+    root = tmp_path / "project"
+    shutil.copytree(source, root)
+    return root, dict(key)
+
+
+class RecordingKey(Mapping):
+    """An answer key that records every image whose label is read."""
+
+    def __init__(self, key: Mapping[str, str]):
+        self._key, self.read = dict(key), []
+
+    def __getitem__(self, image: str) -> str:
+        self.read.append(image)
+        return self._key[image]
+
+    def __iter__(self) -> Iterator[str]:
+        raise AssertionError("the annotator must look images up one by one, never walk the whole key")
+
+    def __len__(self) -> int:
+        return len(self._key)
+
+
+def _make_batch(
+    project: AnnotationProject, sets: list[tuple[str, list[str]]], batch_id: str = "batch-test"
+) -> AnnotationBatch:
+    """A batch of the given ``(task, images)`` query sets, without a model (uniform pre-annotations)."""
+    query_sets = []
+    for task_name, images in sets:
+        task = project.task(task_name)
+        uniform = {c: 1 / task.n_way for c in task.classes}
+        predictions = tuple(
+            ImagePrediction(image, str(project.path(image)), task.classes[0], uniform, 1.0, 0.0) for image in images
+        )
+        query_sets.append(SelectedQuerySet(task.name, task.classes, 0.5, 1.0, 0.0, predictions))
+    return AnnotationBatch(
+        id=batch_id,
+        project=str(project.root),
+        labels=str(project.root / "labels.json"),
+        created="2026-01-01T00:00:00+00:00",
+        checkpoint="model.ckpt",
+        step=10,
+        sampler="MultiQuerySampler(tasks=2, query_sets=3, warmup_steps=0)",
+        lam=0.5,
+        label_budget=None,
+        query_sets=tuple(query_sets),
+    )
+
+
+@pytest.fixture
+def project(glyph_project) -> AnnotationProject:
+    return load_project(glyph_project[0])
+
+
+@pytest.fixture
+def make_batch():
+    """``make_batch(project, [(task, [image, ...]), ...], batch_id)``: a batch chosen by hand, without a model."""
+    return _make_batch
+
+
+@pytest.fixture
+def recording_key():
+    """``recording_key(key)``: an answer key whose ``read`` lists every image looked up."""
+    return RecordingKey
+
+
+@pytest.fixture
+def project_options():
+    """``project_options(root)``: configs/annotation.yaml shrunk to the glyph project (select's and fit's options)."""
+    return _project_options
+
+
+@pytest.fixture
+def fit_options():
+    """``fit_options(run, steps=3)``: the trainer options of a short CPU fit writing ``run/checkpoints/last.ckpt``."""
+    return _fit_options

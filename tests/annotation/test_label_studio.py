@@ -1,0 +1,233 @@
+"""Label Studio: the batch as a project with pre-annotations, its export read back, and one round against a real
+Label Studio server (marked ``label_studio``: the server takes a minute or more to start; ``.ci/run`` runs it)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import torch
+from tiny_setup import tiny_data, tiny_model, tiny_trainer
+
+from units_lightning.annotation import IngestError, LabelStore, ingest, read_answers, read_manifest
+from units_lightning.annotation.answers import read_label_studio_export
+from units_lightning.annotation.commands import TOKEN_VARIABLE, ingest_main, select_main
+from units_lightning.annotation.label_studio import (
+    LABEL_CONFIG,
+    LabelStudio,
+    LabelStudioError,
+    image_urls,
+    label_studio_tasks,
+    write_import_files,
+)
+from units_lightning.cli import cli_main
+from units_lightning.samplers import MultiQuerySampler
+
+
+def annotation(label: str, cancelled: bool = False, number: int = 1) -> dict:
+    result = [{"from_name": "label", "to_name": "image", "type": "choices", "value": {"choices": [label]}}]
+    return {"id": number, "result": result, "was_cancelled": cancelled}
+
+
+def test_the_batch_becomes_one_task_per_image_with_its_tasks_classes_and_the_prediction(project, make_batch, tmp_path):
+    batch = make_batch(project, [(t.name, list(t.unlabeled[:5])) for t in project.tasks[:2]])
+    tasks = label_studio_tasks(batch, image_urls(project.root, project.root.parent))
+    assert len(tasks) == 10
+    first, sixth = tasks[0], tasks[5]
+    assert first["data"]["image_id"] == batch.query_sets[0].images[0].image
+    assert first["data"]["image"] == f"/data/local-files/?d=project/{first['data']['image_id']}"
+    assert [c["value"] for c in sixth["data"]["choices"]] == list(project.tasks[1].classes)
+    prediction = first["predictions"][0]
+    assert prediction["result"][0]["value"]["choices"] == [batch.query_sets[0].images[0].predicted]
+    assert prediction["result"][0]["from_name"] == "label" and 'name="label"' in LABEL_CONFIG
+    assert 'value="$choices"' in LABEL_CONFIG and 'value="$image"' in LABEL_CONFIG
+    cold = dataclasses.replace(batch, checkpoint="")
+    assert all(t["predictions"] == [] for t in label_studio_tasks(cold, image_urls(project.root)))
+    config, imported = write_import_files(batch, tmp_path / "ls", image_urls(project.root))
+    assert config.read_text() == LABEL_CONFIG and json.loads(imported.read_text())[3]["data"]["task"] == "task-000"
+    with pytest.raises(ValueError, match="is not inside Label Studio's local files root"):
+        image_urls(project.root, tmp_path / "elsewhere")
+
+
+def test_an_export_gives_one_answer_per_submitted_annotation(project, make_batch, glyph_project, tmp_path):
+    key = glyph_project[1]
+    batch = make_batch(project, [(project.tasks[0].name, list(project.tasks[0].unlabeled[:5]))])
+    tasks = label_studio_tasks(batch, image_urls(project.root))
+    for number, task in enumerate(tasks, start=1):
+        task["id"] = number
+        task["annotations"] = [annotation(key[task["data"]["image_id"]], number=10 * number)]
+    tasks[1]["annotations"].append(annotation("class-9999", cancelled=True, number=99))  # skipped, not an answer
+    (tmp_path / "export.json").write_text(json.dumps(tasks))
+    answers = read_answers(tmp_path / "export.json")
+    assert [a.image for a in answers] == [p.image for p in batch.query_sets[0].images]
+    assert answers[2].where == "export.json task 3 annotation 30"
+    ingest(batch, answers, "export.json")
+    second = tasks[4]
+    second["annotations"].append(
+        annotation(next(c for c in batch.query_sets[0].classes if c != key[second["data"]["image_id"]]))
+    )
+    disagreeing = dataclasses.replace(batch, id="batch-two")
+    with pytest.raises(IngestError, match="labeled twice with two answers"):
+        ingest(disagreeing, read_label_studio_export(tasks, "export.json"), "export.json")
+    minimal = [
+        {"image_id": t["data"]["image_id"], "label": key[t["data"]["image_id"]], "id": i} for i, t in enumerate(tasks)
+    ]
+    assert [a.label for a in read_label_studio_export(minimal, "min.json")] == [a.label for a in answers]
+    with pytest.raises(ValueError, match="min.json task 7 has no 'image_id'"):
+        read_label_studio_export([{"id": 7, "data": {"image": "x.png"}}], "min.json")
+
+
+def test_an_unreachable_server_and_a_missing_token_are_named():
+    with pytest.raises(ValueError, match="a Label Studio API token is needed"):
+        LabelStudio("http://localhost:9", "")
+    with pytest.raises(
+        LabelStudioError, match=r"cannot reach Label Studio at http://127.0.0.1:9 \(POST /api/projects/\)"
+    ):
+        LabelStudio("http://127.0.0.1:9", "token", timeout=5).create_project("x")
+
+
+# --- a real server --------------------------------------------------------------------------------------------
+
+LEGACY_TOKEN = "0123456789abcdef0123456789abcdef01234567"
+
+
+def label_studio_executable() -> str | None:
+    """``$LABEL_STUDIO_BIN``, else ``label-studio`` beside this Python or on the PATH."""
+    beside = Path(sys.executable).parent / "label-studio"
+    return os.environ.get("LABEL_STUDIO_BIN") or (str(beside) if beside.exists() else shutil.which("label-studio"))
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def label_studio_server(tmp_path_factory):
+    """A Label Studio server of its own (data in a temporary folder, local files served from ``files``); yields its
+    URL, a legacy token (only to create the annotator's personal access token) and the files folder."""
+    executable = label_studio_executable()
+    if executable is None:
+        pytest.skip(
+            "label-studio is not installed: pip install 'units-lightning[annotation]' (or set LABEL_STUDIO_BIN)"
+        )
+    folder = tmp_path_factory.mktemp("label-studio")
+    files, port = folder / "files", free_port()
+    files.mkdir()
+    env = {
+        **os.environ,
+        "LABEL_STUDIO_BASE_DATA_DIR": str(folder / "data"),
+        "LABEL_STUDIO_LOCAL_FILES_SERVING_ENABLED": "true",
+        "LABEL_STUDIO_LOCAL_FILES_DOCUMENT_ROOT": str(files),
+        "LABEL_STUDIO_USERNAME": "annotator@example.org",
+        "LABEL_STUDIO_PASSWORD": "a-password-for-tests",
+        "LABEL_STUDIO_USER_TOKEN": LEGACY_TOKEN,
+        "LABEL_STUDIO_ENABLE_LEGACY_API_TOKEN": "true",
+        "LATEST_VERSION_CHECK": "false",
+        "COLLECT_ANALYTICS": "false",
+    }
+    log = open(folder / "server.log", "wb")  # noqa: SIM115 (closed at teardown)
+    server = subprocess.Popen(
+        [executable, "start", "--no-browser", "--port", str(port)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 900  # a first start migrates a new database: minutes on two busy cores
+        while True:
+            if server.poll() is not None:
+                output = (folder / "server.log").read_text()[-2000:]
+                pytest.fail(f"label-studio exited with status {server.returncode}: {output}")
+            try:
+                with urllib.request.urlopen(f"{url}/api/version", timeout=5) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "Label Studio did not answer within 15 minutes"
+            time.sleep(2)
+        yield url, LEGACY_TOKEN, files
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)  # the server and the workers it started, nothing else
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+        log.close()
+
+
+@pytest.mark.label_studio
+def test_one_round_through_a_real_label_studio(
+    label_studio_server, glyph_project, project_options, fit_options, tmp_path, monkeypatch
+):
+    url, legacy, files = label_studio_server
+    root = files / "project"
+    shutil.copytree(glyph_project[0], root)
+    key = glyph_project[1]
+    token = LabelStudio(url, legacy).request("POST", "/api/token/")["token"]  # the annotator's personal access token
+    monkeypatch.setenv(TOKEN_VARIABLE, token)
+
+    sampler = MultiQuerySampler(tasks=2, query_sets=3)  # a model of the project's shape, as a first round's would be
+    model = tiny_model(sampler=sampler)
+    trainer = tiny_trainer(tmp_path, max_steps=2)
+    trainer.fit(model, tiny_data(sampler))
+    trainer.save_checkpoint(tmp_path / "model.ckpt")
+
+    options = project_options(root)
+    select_main(
+        [
+            *options,
+            "--ckpt_path",
+            str(tmp_path / "model.ckpt"),
+            "--budget",
+            "2",
+            "--label_studio_url",
+            url,
+            "--label_studio_files_root",
+            str(files),
+        ]
+    )
+    folder = next((root / "batches").iterdir())
+    batch = read_manifest(folder)
+    assert batch.label_studio["url"] == url
+    client = LabelStudio(url, token)
+    project = batch.label_studio["project"]
+    tasks = client.request("GET", f"/api/projects/{project}/tasks/?page_size=100")
+    assert len(tasks) == 10
+
+    for task in tasks:  # an annotator at work: look at the image, keep or correct the pre-annotation, submit
+        image = task["data"]["image_id"]
+        request = urllib.request.Request(
+            url + task["data"]["image"], headers={"Authorization": f"Bearer {client._access}"}
+        )
+        with urllib.request.urlopen(request) as served:
+            assert served.read() == (root / image).read_bytes()
+        assert task["predictions"], "the model's prediction is shown as a pre-annotation"
+        result = [{"from_name": "label", "to_name": "image", "type": "choices", "value": {"choices": [key[image]]}}]
+        client.request("POST", f"/api/tasks/{task['id']}/annotations/", {"result": result, "was_cancelled": False})
+
+    ingest_main(["--batch", str(folder)])  # the export fetched through the API
+    store = LabelStore.load(root / "labels.json")
+    assert dict(store.labels) == {p.image: key[p.image] for s in batch.query_sets for p in s.images}
+    assert store.batches[0].source == f"{url} project {project}"
+    assert (folder / "label_studio" / "export.json").is_file()
+
+    run = tmp_path / "run"
+    cli_main(["fit", *options, *fit_options(run, steps=2)])  # one round of training on the answers
+    checkpoint = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert checkpoint["global_step"] == 2

@@ -1,0 +1,522 @@
+"""``benchmarks/paper_tables.py``: the grid of runs, its commands, skipping and resuming, stopping in time, the
+confidence intervals, the tables and plots, and one real end-to-end run through the command line."""
+
+import importlib.util
+import json
+import math
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import lightning.pytorch as pl
+import pytest
+import torch
+import yaml
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+from tiny_setup import QUICKSTART, REPO, tiny_data, tiny_model, tiny_trainer
+
+from units_lightning.resume import find_last_checkpoint
+from units_lightning.samplers import MultiQuerySampler, RandomSampler, SingleTaskSelectionSampler
+
+
+def _load_paper_tables():
+    spec = importlib.util.spec_from_file_location("paper_tables", REPO / "benchmarks" / "paper_tables.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["paper_tables"] = module  # dataclasses look their module up while the file runs
+    spec.loader.exec_module(module)
+    return module
+
+
+pt = _load_paper_tables()
+BUDGET_CONFIGS = pt.GROUPS["budget"]
+
+
+# --- statistics -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("df", "expected"),
+    [(1, math.tan(0.475 * math.pi)), (2, math.sqrt(2 * 0.95**2 / (1 - 0.95**2)))],
+    ids=["cauchy", "two-dof"],
+)
+def test_the_t_quantile_matches_its_closed_forms(df, expected):
+    # df = 1: P(|T| < t) = 2 atan(t) / pi; df = 2: t / sqrt(2 + t^2).
+    assert pt.student_t_quantile(0.975, df) == pytest.approx(expected, rel=1e-10)
+
+
+def test_the_t_quantile_matches_scipy():
+    stats = pytest.importorskip("scipy.stats")
+    for df in [*range(1, 41), 60, 120, 999]:
+        for p in (0.9, 0.975, 0.995):
+            assert pt.student_t_quantile(p, df) == pytest.approx(stats.t.ppf(p, df), rel=1e-9), (p, df)
+
+
+def test_the_confidence_interval_over_seeds_is_students():
+    # Three seeds at 90, 92, 94: mean 92, sample std 2, half-width t(0.975, 2) * 2 / sqrt(3) = 4.9683.
+    summary = pt.mean_ci95([90.0, 92.0, 94.0])
+    assert summary["mean"] == 92.0 and summary["n"] == 3
+    assert summary["ci95"] == pytest.approx(4.302652729749464 * 2 / math.sqrt(3), rel=1e-10)
+    assert summary["ci95"] == pytest.approx(4.9683, abs=1e-4)
+    stats = pytest.importorskip("scipy.stats")
+    low, high = stats.t.interval(0.95, 2, loc=92.0, scale=stats.sem([90.0, 92.0, 94.0]))
+    assert (summary["mean"] - summary["ci95"], summary["mean"] + summary["ci95"]) == pytest.approx((low, high))
+    assert pt.mean_ci95([95.0]) == {"mean": 95.0, "ci95": None, "n": 1}
+    assert pt.mean_ci95([]) == {"mean": None, "ci95": None, "n": 0}
+
+
+# --- the paper's numbers ----------------------------------------------------------------------------------------
+
+
+def _reference_rows(text: str) -> dict[str, list[str]]:
+    """Rows of the tables of a section of REFERENCE.md: config name -> cells (``Omniglot 5w1s`` -> omniglot_5w1s)."""
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        name = cells[0].lower().replace("mini-imagenet", "miniimagenet").replace("cifar-fs", "cifarfs")
+        if line.startswith("|") and name.split(" ")[0] in ("omniglot", "miniimagenet", "cifarfs"):
+            rows[name.replace(" ", "_")] = cells[1:]
+    return rows
+
+
+def test_the_papers_numbers_are_those_of_the_reference():
+    reference = REPO.parent / "shared" / "REFERENCE.md"
+    if not reference.is_file():
+        pytest.skip(f"{reference} is absent (it sits beside the repository in the development setup)")
+    section = reference.read_text().split("## 4.")[1].split("\n## ")[0]
+    standard, budget = section.split("Limited label budget")
+    keys = ("Units-NTS", "Units-ML", "vacuity<0.2", "vacuity<0.1")
+    expected = {
+        name: {key: float(cell) if cell else None for key, cell in zip(keys, cells, strict=True)}
+        for name, cells in _reference_rows(standard).items()
+    }
+    assert pt.PAPER_STANDARD == expected
+    expected = {
+        f"budget_{name}": {
+            method: tuple(float(v) for v in cell.split(" / "))
+            for method, cell in zip(("MAML", "Units-NTS", "Units-ML"), cells, strict=True)
+        }
+        for name, cells in _reference_rows(budget).items()
+    }
+    assert pt.PAPER_BUDGET == expected
+
+
+# --- methods as overrides ---------------------------------------------------------------------------------------
+
+
+def _sampler_of(config, method):
+    """The sampler a method's overrides configure, instantiated from the override's JSON (or the config's)."""
+    for option in pt.method_overrides(pt.METHODS[method], config):
+        if option.startswith("--data.sampler="):
+            spec = json.loads(option.removeprefix("--data.sampler="))
+            classes = {"RandomSampler": RandomSampler, "SingleTaskSelectionSampler": SingleTaskSelectionSampler}
+            return classes[spec["class_path"].rsplit(".", 1)[-1]](**spec["init_args"])
+    assert config.sampler.endswith("MultiQuerySampler")
+    return MultiQuerySampler(**config.sampler_args)
+
+
+@pytest.mark.parametrize("name", [*BUDGET_CONFIGS, "omniglot_5w1s", "cifarfs_5w5s"])
+def test_every_method_labels_as_many_query_sets_per_step(name):
+    config = pt.read_config(REPO / "configs" / f"{name}.yaml")
+    labeled = {}
+    for method in pt.METHODS:
+        sampler = _sampler_of(config, method)
+        scores = torch.rand(sampler.num_candidates, sampler.query_sets, generator=torch.Generator().manual_seed(0))
+        labeled[method] = int(sampler.select(scores, step=10**6).sum())  # after any warm-up
+    assert set(labeled.values()) == {config.sampler_args["tasks"]}, labeled
+    maml = pt.method_overrides(pt.METHODS["MAML"], config)
+    assert "--model.loss=units_lightning.losses.CrossEntropyLoss" in maml
+    assert pt.method_overrides(pt.METHODS["Units-ML"], config) == []  # the config as it is
+    assert not any(o.startswith("--model.loss") for o in pt.method_overrides(pt.METHODS["Units-NTS"], config))
+    single = _sampler_of(config, "Units-ST")
+    assert single.candidates == config.sampler_args["tasks"] * config.sampler_args["query_sets"]
+    assert single.warmup_steps == config.sampler_args["warmup_steps"]
+
+
+def test_budget_configs_are_tested_at_their_milestones_and_standard_ones_by_their_top_k():
+    budget = pt.read_config(REPO / "configs" / "budget_omniglot_5w1s.yaml")
+    assert budget.kind == "budget" and budget.milestones == pt.BUDGET_POINTS
+    assert [t.name for t in pt.targets_of(budget)] == ["labels-04000", "labels-08000", "labels-10000"]
+    assert [t.name for t in pt.targets_of(pt.read_config(REPO / "configs" / "cifarfs_5w5s.yaml"))] == ["top3-val"]
+    assert [t.name for t in pt.targets_of(pt.read_config(REPO / "configs" / "omniglot_5w1s.yaml"))] == ["top1-val"]
+
+
+def test_a_budget_config_without_milestones_is_refused(tmp_path):
+    config = yaml.safe_load((REPO / "configs" / "budget_omniglot_5w1s.yaml").read_text())
+    config["trainer"]["callbacks"] = [c for c in config["trainer"]["callbacks"] if "Milestone" not in c["class_path"]]
+    path = tmp_path / "no_milestones.yaml"
+    path.write_text(yaml.safe_dump(config))
+    with pytest.raises(ValueError, match="needs a MilestoneCheckpoint"):
+        pt.read_config(path)
+
+
+# --- the grid on disk: dry run, skipping, resuming --------------------------------------------------------------
+
+
+def _grid(root, seeds=(0, 1, 2), name="budget_omniglot_5w1s", methods=("Units-ML",)):
+    configs = pt.resolve_configs([name])
+    return pt.build_grid(configs, list(methods), list(seeds), root)
+
+
+def _options(root, data_root):
+    return pt.Options(root=root, data_root=data_root)
+
+
+def _fake_checkpoint(folder: Path, step: int) -> Path:
+    path = folder / "budget_omniglot_5w1s" / "version_0" / "checkpoints" / "last.ckpt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"global_step": step}, path)
+    return path
+
+
+def _fake_milestones(folder: Path) -> None:
+    for milestone in (4000, 8000, 10000):
+        path = folder / "logs" / "version_0" / "checkpoints" / "milestones" / f"labels-{milestone:05d}.ckpt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+
+
+def _results(accuracy: float, below=((0.2, 0.9, 0.8), (0.1, None, 0.0))) -> dict:
+    thresholds = [{"threshold": t, "accuracy": a, "coverage": c} for t, a, c in below]
+    return {"accuracy": {"mean": accuracy, "ci95": 0.01}, "tasks": 600, "vacuity_thresholds": thresholds}
+
+
+def _finish_test(run, name: str, accuracy: float, **kwargs) -> None:
+    pt.write_json(run.folder / "test" / name / "results.json", _results(accuracy, **kwargs))
+
+
+def _finish_fit(run, options) -> None:
+    pt._record_command(run, options, "fit", {"command": ["python", "-m", "units_lightning", "fit"], "returncode": 0})
+
+
+def _prepare(tmp_path):
+    """Runs of seed 0: done; seed 1: last.ckpt at step 7; seed 2: fit finished, one test of three done."""
+    (tmp_path / "data" / "omniglot").mkdir(parents=True)
+    options = _options(tmp_path / "root", tmp_path / "data")
+    done, partial, tested = _grid(options.root)
+    pt.write_json(done.folder / pt.DONE, {"finished": "earlier"})
+    _fake_checkpoint(partial.folder, step=7)
+    _finish_fit(tested, options)
+    _fake_milestones(tested.folder)
+    _finish_test(tested, "labels-04000", 0.9)
+    return options, (done, partial, tested)
+
+
+def test_the_dry_run_lists_every_run_with_its_commands_and_what_is_done(tmp_path, capsys):
+    options, (done, partial, tested) = _prepare(tmp_path)
+    argv = ["--dry-run", "--configs", "budget_omniglot_5w1s", "--methods", "units-ml", "--seeds", "0", "1", "2"]
+    assert pt.main([*argv, "--root", str(options.root), "--data-root", str(tmp_path / "data")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"3 runs under {options.root}: 1 done, 2 partial\n")
+    assert "budget_omniglot_5w1s / Units-ML / seed 0: done\n" in out
+    assert "budget_omniglot_5w1s / Units-ML / seed 1: partial: last.ckpt at step 7\n" in out
+    assert "budget_omniglot_5w1s / Units-ML / seed 2: partial: fit finished, 1 of 3 tests done\n" in out
+    blocks = out.split("\n\n")
+    assert "fit:" not in blocks[1]  # a finished run has nothing to do
+    fit_line = next(line for line in blocks[2].splitlines() if line.startswith("  fit: "))
+    assert fit_line.endswith("--ckpt_path=last") and "--config configs/budget_omniglot_5w1s.yaml" in fit_line
+    assert (
+        f"--data.root={tmp_path / 'data' / 'omniglot'}" in fit_line and "--seed_everything=1 --data.seed=1" in fit_line
+    )
+    assert f"--trainer.default_root_dir={partial.folder}" in fit_line
+    tests = [line for line in blocks[3].splitlines() if line.startswith("  test ")]
+    assert [t.split(":")[0] for t in tests] == [
+        "  test labels-04000 (done)",
+        "  test labels-08000 (to do)",
+        "  test labels-10000 (to do)",
+    ]
+    assert "--trainer.logger=false" in tests[1] and "--seed_everything" not in tests[1]  # the config's test tasks
+    assert tests[1].endswith(f"--ckpt_path={tested.folder}/logs/version_0/checkpoints/milestones/labels-08000.ckpt")
+    # Before its fit has written them, where the milestone checkpoints will be.
+    assert f"--ckpt_path={partial.folder}/*/*/checkpoints/milestones/labels-04000.ckpt" in blocks[2]
+
+
+class FakeLauncher(pt.Launcher):
+    """Runs nothing: a fit leaves the milestone checkpoints of a finished run, a test its results.json."""
+
+    def __init__(self, returncode=0):
+        super().__init__({})
+        self.commands, self.returncode = [], returncode
+
+    def run(self, command, log, gpu):
+        self.commands.append(command)
+        if self.returncode != 0:
+            return self.returncode
+        if command[3] == "fit":
+            _fake_milestones(
+                Path(next(c for c in command if c.startswith("--trainer.default_root_dir=")).split("=", 1)[1])
+            )
+        else:
+            out = Path(next(c for c in command if c.startswith("--trainer.default_root_dir=")).split("=", 1)[1])
+            pt.write_json(out / "results.json", _results(0.95))
+        return 0
+
+
+def test_finished_runs_are_skipped_and_the_others_continued_where_they_stopped(tmp_path):
+    options, (done, partial, tested) = _prepare(tmp_path)
+    launcher = FakeLauncher()
+    assert [pt.execute_run(run, launcher, None, options) for run in (done, partial, tested)] == ["done"] * 3
+    commands = [(c[3], next((a for a in c if a.startswith("--ckpt_path")), None)) for c in launcher.commands]
+    assert commands == [
+        ("fit", "--ckpt_path=last"),  # the partial run resumes from its last.ckpt
+        *[
+            ("test", f"--ckpt_path={partial.folder}/logs/version_0/checkpoints/milestones/labels-{m:05d}.ckpt")
+            for m in (4000, 8000, 10000)
+        ],
+        *[
+            ("test", f"--ckpt_path={tested.folder}/logs/version_0/checkpoints/milestones/labels-{m:05d}.ckpt")
+            for m in (8000, 10000)
+        ],  # the fit of the third had finished, and its first test too
+    ]
+    for run in (partial, tested):
+        assert (run.folder / pt.DONE).is_file()
+        record = json.loads((run.folder / pt.RECORD).read_text())
+        assert record["identity"] == pt.fit_identity(run, options) and record["fit"]["finished"]
+    record = json.loads((partial.folder / pt.RECORD).read_text())
+    assert set(record["tests"]) == {"test-labels-04000", "test-labels-08000", "test-labels-10000"}
+    assert {e["returncode"] for e in record["tests"].values()} == {0} and record["fit"]["segments"][0]["wall_s"] >= 0
+    # A second call has nothing left to do.
+    again = FakeLauncher()
+    assert [pt.execute_run(run, again, None, options) for run in (done, partial, tested)] == ["done"] * 3
+    assert again.commands == []
+
+
+def test_a_stopped_fit_is_continued_by_the_next_call_and_a_failed_one_is_named(tmp_path):
+    options, (_, partial, _) = _prepare(tmp_path)
+    assert pt.execute_run(partial, FakeLauncher(returncode=143), None, options) == "stopped"
+    failed = pt.execute_run(partial, FakeLauncher(returncode=1), None, options)
+    assert failed == f"failed: fit exited with 1, see {partial.folder}/console/fit.log"
+    assert not (partial.folder / pt.DONE).exists()
+    record = json.loads((partial.folder / pt.RECORD).read_text())
+    assert [s["returncode"] for s in record["fit"]["segments"]] == [143, 1] and not record["fit"]["finished"]
+    launcher = FakeLauncher()
+    assert pt.execute_run(partial, launcher, None, options) == "done"
+    assert launcher.commands[0][-1] == "--ckpt_path=last"
+
+
+def test_a_fit_killed_after_spending_its_budget_counts_as_finished(tmp_path):
+    # `--ckpt_path last` would refuse its last.ckpt (the budget is spent): its tests are what is left to do.
+    options, (_, partial, _) = _prepare(tmp_path)
+    last = _fake_checkpoint(partial.folder, step=5000)
+    torch.save({"global_step": 5000, "label_ledger": {"query_sets": 10000}}, last)
+    assert pt.status(partial, options) == "partial: fit finished, 0 of 3 tests done"
+    torch.save({"global_step": 4999, "label_ledger": {"query_sets": 9998}}, last)
+    assert pt.status(partial, options) == "partial: last.ckpt at step 4999"
+
+
+def test_a_folder_made_with_other_arguments_is_not_continued(tmp_path):
+    options, (_, partial, _) = _prepare(tmp_path)
+    _finish_fit(partial, options)
+    quick = pt.Options(options.root, options.data_root, extra=("--trainer.max_steps=20",))
+    outcome = pt.execute_run(partial, FakeLauncher(), None, quick)
+    assert outcome.startswith(f"conflict: {partial.folder} was made with other arguments")
+
+
+def test_the_time_limit_stops_launching_sends_sigterm_and_kills_what_ignores_it(tmp_path, monkeypatch):
+    (tmp_path / "data" / "omniglot").mkdir(parents=True)
+    options = _options(tmp_path / "root", tmp_path / "data")
+    runs = _grid(options.root, seeds=(0, 1, 2))
+    script = (
+        "import pathlib, signal, sys, time; seed = int(sys.argv[1]); "
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN if seed else (lambda *a: sys.exit(143))); "
+        "pathlib.Path(sys.argv[2]).write_text('started'); time.sleep(60)"
+    )
+    monkeypatch.setattr(
+        pt, "fit_command", lambda run, options: [sys.executable, "-c", script, str(run.seed), str(run.folder / "x")]
+    )
+    started = time.monotonic()
+    outcomes = pt.run_grid(runs, options, parallel=2, time_limit=6.0, grace=4.0, report=lambda message: None)
+    elapsed = time.monotonic() - started
+    assert list(outcomes.values()) == ["stopped"] * 3 and 5.5 < elapsed < 12
+    assert (runs[0].folder / "x").exists() and (runs[1].folder / "x").exists()
+    assert not (runs[2].folder / "x").exists()  # not launched: no time left when a slot came free
+    segments = [json.loads((r.folder / pt.RECORD).read_text())["fit"]["segments"] for r in runs[:2]]
+    assert [s[0]["returncode"] for s in segments] == [143, -signal.SIGKILL]  # seed 1 ignores SIGTERM
+
+
+# --- SIGTERM in training: a checkpoint at that step -------------------------------------------------------------
+
+# Three epochs of three steps, as the budget configs (10 epochs of 500, max_steps 5000): a validation and last.ckpt
+# at each epoch's last step.
+EPOCHS = dict(
+    max_steps=9, max_epochs=3, limit_train_batches=3, val_check_interval=3, limit_val_batches=1, num_sanity_val_steps=0
+)
+
+
+class SigtermAt(Callback):
+    """SIGTERM to this process during training step ``step`` (1-based), or during the validation after it."""
+
+    def __init__(self, step: int, stage: str = "train"):
+        self.step, self.stage = step, stage
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if self.stage == "train" and trainer.global_step == self.step - 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        if self.stage == "val" and trainer.global_step == self.step and not trainer.sanity_checking:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _fit(root, extra=(), ckpt_path=None, **options):
+    """The tiny model for ``EPOCHS``, ``last.ckpt`` at each validation; its final step and weights."""
+    pl.seed_everything(0, verbose=False)
+    data = tiny_data(RandomSampler(tasks=2))
+    last = ModelCheckpoint(dirpath=root / "checkpoints", filename="last")
+    callbacks = [last, pt.CheckpointOnSigterm(), *extra]
+    trainer = tiny_trainer(root, enable_checkpointing=True, callbacks=callbacks, **{**EPOCHS, **options})
+    trainer.fit(tiny_model(sampler=data.sampler), data, ckpt_path=ckpt_path)
+    return trainer.global_step, trainer.lightning_module.state_dict()
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    return _fit(tmp_path_factory.mktemp("uninterrupted"))
+
+
+@pytest.mark.parametrize("step", [4, 3], ids=["mid-epoch", "an-epochs-last-step"])
+def test_sigterm_in_training_writes_last_ckpt_at_that_step_and_the_run_continues_as_if_uninterrupted(
+    tmp_path, uninterrupted, step
+):
+    # Step 4: CheckpointOnSigterm writes last.ckpt. Step 3, an epoch's last: it does not (a save there resumes with
+    # an epoch counted twice); the validation after the step writes it, as in any run.
+    with pytest.raises(SIGTERMException):
+        _fit(tmp_path, extra=[SigtermAt(step)])
+    last = find_last_checkpoint([tmp_path / "checkpoints"])  # as `--ckpt_path last` finds it
+    checkpoint = torch.load(last, map_location="cpu", weights_only=True)
+    assert checkpoint["global_step"] == step and checkpoint["label_ledger"]["query_sets"] == 2 * step
+    steps, weights = _fit(tmp_path, ckpt_path=last)
+    assert steps == uninterrupted[0] == 9  # all three epochs: none is counted twice
+    for name, value in uninterrupted[1].items():
+        assert torch.equal(weights[name], value), name
+
+
+def test_sigterm_during_validation_keeps_the_previous_last_ckpt(tmp_path):
+    with pytest.raises(SIGTERMException):
+        _fit(tmp_path, extra=[SigtermAt(6, stage="val")], limit_val_batches=2)
+    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert last["global_step"] == 3  # the validation at step 3 wrote it; the one cut short at 6 did not
+
+
+# --- tables and plots -------------------------------------------------------------------------------------------
+
+
+def test_tables_hold_mean_and_ci_over_seeds_beside_the_papers_numbers(tmp_path):
+    (tmp_path / "data" / "omniglot").mkdir(parents=True)
+    (tmp_path / "data" / "miniimagenet").mkdir(parents=True)
+    options = _options(tmp_path / "root", tmp_path / "data")
+    budget = _grid(options.root, methods=("MAML", "Units-ML"))
+    standard = _grid(options.root, seeds=(0, 1), name="miniimagenet_5w1s", methods=("Units-NTS", "Units-ML"))
+    accuracy = {"MAML": (0.70, 0.72, 0.74), "Units-ML": (0.90, 0.92, 0.94)}
+    for run in budget:
+        for offset, name in enumerate(("labels-04000", "labels-08000", "labels-10000")):
+            _finish_test(run, name, accuracy[run.method][run.seed] + offset / 100)
+    for run in standard:
+        below = ((0.2, 0.60 + run.seed / 100, 0.5), (0.1, None, 0.0))
+        _finish_test(run, "top3-val", 0.50 + run.seed / 100, below=below)
+    for run in [*budget, *standard]:
+        _finish_fit(run, options)
+        pt.write_json(run.folder / pt.DONE, {"finished": "now"})
+    unfinished = _grid(options.root, seeds=(3,), methods=("Units-ML",))[0]
+    _finish_test(unfinished, "labels-04000", 0.10)  # no done.json: left out
+
+    written = pt.write_tables([*budget, unfinished, *standard], tmp_path / "tables", extra=["--data.test_tasks=60"])
+    tables = json.loads(written["json"].read_text())
+    row = tables["budget"]["budget_omniglot_5w1s"]["Units-ML"]["4000"]
+    assert row["values"] == pytest.approx([90.0, 92.0, 94.0]) and row["seeds"] == [0, 1, 2]
+    assert row["mean"] == pytest.approx(92.0) and row["ci95"] == pytest.approx(4.9683, abs=1e-4)
+    assert row["paper"] == 95.00 and tables["budget"]["budget_omniglot_5w1s"]["MAML"]["10000"]["paper"] == 85.56
+    assert tables["budget"]["budget_omniglot_5w1s"]["Units-ML"]["10000"]["mean"] == pytest.approx(94.0)
+    nts = tables["standard"]["miniimagenet_5w1s"]["Units-NTS"]
+    assert nts["accuracy"]["mean"] == pytest.approx(50.5) and nts["accuracy"]["paper"] == 51.38
+    below = tables["standard"]["miniimagenet_5w1s"]["Units-ML"]["vacuity<0.2"]
+    assert below["accuracy"]["mean"] == pytest.approx(60.5) and below["accuracy"]["paper"] == 61.25
+    assert below["coverage"]["mean"] == pytest.approx(50.0)
+    assert tables["standard"]["miniimagenet_5w1s"]["Units-ML"]["vacuity<0.1"]["accuracy"]["n"] == 0  # none kept
+
+    text = written["markdown"].read_text()
+    assert "| Units-ML | 92.00 ± 4.97 (3) | 93.00 ± 4.97 (3) | 94.00 ± 4.97 (3) |" in text
+    assert "| Units-ML, paper | 95.00 | 97.90 | 98.23 |" in text
+    assert "| MAML, paper | 73.44 | 80.18 | 85.56 |" in text
+    ci = pt.student_t_quantile(0.975, 1) * math.sqrt(0.5) / math.sqrt(2)  # two seeds 50, 51: std sqrt(0.5)
+    assert (
+        f"| miniimagenet_5w1s | 50.50 ± {ci:.2f} (2) | 50.50 ± {ci:.2f} (2) | 60.50 ± {ci:.2f} (2), 50.0% kept |"
+        in text
+    )
+    assert "| miniimagenet_5w1s, paper | 51.38 | 50.86 | 61.25 | 82.26 |" in text
+    assert "not comparable with the paper's" in text and "![budget_omniglot_5w1s](budget_omniglot_5w1s.png)" in text
+    assert "Every run with the overrides `--data.test_tasks=60`: not the configs' protocol" in text
+    assert written["budget_omniglot_5w1s"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --- end to end -------------------------------------------------------------------------------------------------
+
+
+def _tiny_config(folder: Path, name: str, budget: bool) -> Path:
+    """The quick start shrunk to seconds (six steps, four validation and test tasks)."""
+    config = yaml.safe_load(QUICKSTART.read_text())
+    trainer = config["trainer"]
+    trainer.update(max_epochs=1, limit_train_batches=6, val_check_interval=3, log_every_n_steps=1)
+    trainer.update(enable_progress_bar=False, enable_model_summary=False)
+    config["model"].update(filters=4, inner_steps=1)
+    data = config["data"]["init_args"]
+    data.update(image_size=16, val_tasks=4, test_tasks=4, eval_batch_tasks=2, eval_query_shots=2)
+    data.update(train_classes=40, eval_classes=10, images_per_class=12)
+    data["sampler"]["init_args"].update(tasks=2, query_sets=2, warmup_steps=1)
+    if budget:
+        config["model"]["label_budget"] = 12
+        milestones = {
+            "class_path": "units_lightning.callbacks.MilestoneCheckpoint",
+            "init_args": {"milestones": [6, 12]},
+        }
+        trainer["callbacks"].append(milestones)
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.mark.slow
+def test_end_to_end_through_the_command_line_resumed_then_skipped_on_a_second_call(tmp_path, capsys):
+    from units_lightning.cli import cli_main
+
+    budget, standard = _tiny_config(tmp_path, "tiny_budget", True), _tiny_config(tmp_path, "tiny_standard", False)
+    root = tmp_path / "root"
+    argv = ["--configs", str(budget), str(standard), "--methods", "Units-ML", "--seeds", "0", "--root", str(root)]
+    # The budget run stopped after its checkpoint at step 3 (6 labeled query sets, the first milestone saved): its own
+    # fit command, run to step 3 here; the summary a finished fit writes is removed, as a kill leaves none.
+    (partial,) = pt.build_grid(pt.resolve_configs([str(budget)]), ["Units-ML"], [0], root)
+    cli_main([*pt.fit_command(partial, pt.Options(root, None))[3:], "--trainer.max_steps=3"])
+    for summary in partial.folder.rglob("summary.json"):
+        summary.unlink()
+    (first,) = partial.folder.rglob("milestones/labels-00006.ckpt")
+    first_written = first.stat().st_mtime_ns
+    capsys.readouterr()
+
+    assert pt.main(argv) == 0, capsys.readouterr().out
+    assert "2 done" in capsys.readouterr().out
+    fit_log = (partial.folder / "console" / "fit.log").read_text()
+    assert "--ckpt_path last: resuming from " in fit_log and "last.ckpt (step 3, " in fit_log
+    assert first.stat().st_mtime_ns == first_written  # reached before the stop: not saved again
+    last = torch.load(first.with_name("labels-00012.ckpt"), map_location="cpu", weights_only=True)
+    assert last["global_step"] == 6 and last["label_ledger"]["query_sets"] == 12
+    for name, tests in (("tiny_budget", ["labels-00006", "labels-00012"]), ("tiny_standard", ["top1-val"])):
+        folder = root / name / "units-ml" / "seed0"
+        assert (folder / pt.DONE).is_file()
+        for test in tests:
+            results = json.loads((folder / "test" / test / "results.json").read_text())
+            assert results["tasks"] == 4 and 0.0 <= results["accuracy"]["mean"] <= 1.0
+    ensemble = json.loads(
+        (root / "tiny_standard" / "units-ml" / "seed0" / "test" / "top1-val" / "results.json").read_text()
+    )
+    assert len(ensemble["ensemble"]) == 1 and Path(ensemble["ensemble"][0]["path"]).name.startswith("step")
+
+    # Nothing is run again; the tables come from the finished runs.
+    started = time.monotonic()
+    assert pt.main(argv) == 0
+    assert time.monotonic() - started < 30 and "start" not in capsys.readouterr().out
+    tables = json.loads((root / "tables" / "paper_tables.json").read_text())
+    assert tables["budget"]["tiny_budget"]["Units-ML"]["12"]["n"] == 1
+    assert tables["standard"]["tiny_standard"]["Units-ML"]["accuracy"]["n"] == 1
+    assert tables["runs"][0]["fit_command"][3] == "fit" and tables["runs"][0]["devices"]

@@ -1,0 +1,258 @@
+"""``units-lightning select`` and ``units-lightning ingest``: one round of labeling with people in the loop.
+
+``select`` reads the config that ``fit`` trained with (its ``data`` section an ``AnnotatedTasksDataModule``) and a
+checkpoint, and writes the next annotation batch; ``ingest`` takes the answers back into the label store. Also
+runnable as ``python -m units_lightning.annotation.commands select ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from jsonargparse import ActionConfigFile, ArgumentParser
+
+from units_lightning.annotation.answers import Answer, read_answers, read_label_studio_export
+from units_lightning.annotation.atomic import write_text_atomically
+from units_lightning.annotation.batch import AnnotationBatch, read_manifest, write_batch
+from units_lightning.annotation.datamodule import AnnotatedTasksDataModule
+from units_lightning.annotation.ingest import ingest
+from units_lightning.annotation.label_studio import (
+    LabelStudio,
+    image_urls,
+    send_batch,
+    write_import_files,
+)
+from units_lightning.annotation.layout import TASKS_FOLDER
+from units_lightning.annotation.selection import select_batch
+from units_lightning.data.episodic import EpisodicDataModule
+from units_lightning.evaluation.checkpoints import load_checkpoint
+from units_lightning.module import UnitsMAML
+from units_lightning.samplers import RandomSampler
+
+__all__ = ["ingest_main", "main", "schedule_at", "select_main"]
+
+TOKEN_VARIABLE = "LABEL_STUDIO_API_KEY"
+# Sections of a fit config that select does not use (the trainer, the CLI's own options).
+_NOT_USED = ("trainer", "seed_everything", "optimizer", "lr_scheduler", "prediction", "collapse", "dashboard_callbacks")
+
+
+def schedule_at(model: UnitsMAML, checkpoint: dict[str, Any]) -> tuple[int, float]:
+    """The training step of ``checkpoint`` and the lambda its run scored with then (``UnitsMAML.schedule_epoch``:
+    steps over ``schedule_steps_per_epoch`` when set, else the trainer's epoch)."""
+    step = int(checkpoint.get("global_step", 0))
+    epoch = (
+        step / model.schedule_steps_per_epoch if model.schedule_steps_per_epoch else float(checkpoint.get("epoch", 0))
+    )
+    return step, float(model.lam(epoch))
+
+
+def _select_parser() -> ArgumentParser:
+    parser = ArgumentParser(
+        prog="units-lightning select",
+        description="Choose the next annotation batch: adapt to each task's support set, score candidate query sets "
+        "of its unlabeled images by the configured sampler's rule, and write the most informative as batch.csv and "
+        "manifest.json (with the model's predictions as pre-annotations), and as a Label Studio project or its import "
+        "files.",
+    )
+    parser.add_argument("--config", action=ActionConfigFile, help="the config fit trained with")
+    parser.add_class_arguments(UnitsMAML, "model", skip={"sampler", "ensemble"})
+    parser.add_subclass_arguments(EpisodicDataModule, "data", required=True)
+    parser.link_arguments("data.n_way", "model.n_way", apply_on="instantiate")
+    parser.link_arguments("data.image_shape", "model.image_shape", apply_on="instantiate")
+    for name in _NOT_USED:
+        parser.add_argument(f"--{name}", type=Any, default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--ckpt_path",
+        type=str | None,
+        default=None,
+        help="the checkpoint that chooses (fit's last.ckpt); without one (a new project) the batch is random",
+    )
+    parser.add_argument("--budget", type=int, required=True, help="query sets to choose for this batch")
+    parser.add_argument("--output", type=str, default=None, help="the batch's folder (default <root>/batches/<id>)")
+    parser.add_argument("--batch_id", type=str, default=None, help="the batch's id (default batch-<n>-<hash>)")
+    parser.add_argument("--label_budget", type=int, default=None, help="the project's budget of labeled query sets")
+    parser.add_argument("--device", type=str, default="cpu", help="where to score (cpu, cuda, cuda:1, ...)")
+    parser.add_argument("--label_studio_url", type=str, default=None, help="create the project there (API)")
+    parser.add_argument("--label_studio_token", type=str, default=None, help=f"API token (default ${TOKEN_VARIABLE})")
+    parser.add_argument(
+        "--label_studio_files_root",
+        type=str,
+        default=None,
+        help="Label Studio's LABEL_STUDIO_LOCAL_FILES_DOCUMENT_ROOT (default: the project folder)",
+    )
+    parser.add_argument("--image_url_prefix", type=str, default=None, help="serve images from this URL instead")
+    return parser
+
+
+def _shown(path: str | Path) -> str:
+    """``path`` relative to the working folder when it lies inside it, else absolute."""
+    path = Path(path).resolve()
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _report(batch: AnnotationBatch, folder: Path, where: str) -> str:
+    sets, images = len(batch.query_sets), sum(len(s.images) for s in batch.query_sets)
+    scores = [s.score for s in batch.query_sets]
+    chosen_by = (
+        f"chosen by {batch.sampler} at step {batch.step}, lambda {batch.lam:.3f}; task uncertainty "
+        f"{max(scores):.4f} .. {min(scores):.4f}"
+        if batch.checkpoint
+        else "chosen at random: no checkpoint yet (the first batch of a project)"
+    )
+    return "\n".join(
+        [
+            f"units-lightning select: batch {batch.id}, {sets} query sets ({images} images) of "
+            f"{len({s.task for s in batch.query_sets})} tasks",
+            f"  {chosen_by}",
+            f"  written to {_shown(folder)}/batch.csv and manifest.json; {where}",
+            f"  next: label it, then units-lightning ingest --batch {_shown(folder)}"
+            + ("" if batch.label_studio else " --answers <batch.csv with its label column filled in>"),
+        ]
+    )
+
+
+def _restore(model: UnitsMAML, ckpt_path: str | None) -> tuple[int, float]:
+    """Load ``ckpt_path``'s weights into ``model`` (weights only, shapes checked); returns its step and lambda."""
+    if ckpt_path is None:
+        return 0, float(model.lam(0.0))
+    checkpoint = load_checkpoint(ckpt_path, leave_out="pass another --ckpt_path")
+    model.on_load_checkpoint(checkpoint)  # shapes checked, the ledger restored
+    model.load_state_dict(checkpoint["state_dict"])
+    return schedule_at(model, checkpoint)
+
+
+def _send(batch: AnnotationBatch, config: Any, folder: Path) -> tuple[AnnotationBatch, str]:
+    """Create the batch's Label Studio project (with a URL) or write its import files; returns the batch and where."""
+    urls = image_urls(batch.project, config.label_studio_files_root, config.image_url_prefix)
+    if config.label_studio_url:
+        token = config.label_studio_token or os.environ.get(TOKEN_VARIABLE, "")
+        files = None if config.image_url_prefix else Path(batch.project) / TASKS_FOLDER
+        batch = send_batch(batch, LabelStudio(config.label_studio_url, token), urls, files)
+        return batch, f"Label Studio project {batch.label_studio['project']} at {config.label_studio_url}"
+    written = write_import_files(batch, folder / "label_studio", urls)
+    return batch, f"Label Studio import files {', '.join(p.name for p in written)} in {_shown(folder / 'label_studio')}"
+
+
+def select_main(argv: Sequence[str] | None = None) -> None:
+    """``units-lightning select --config CONFIG [--ckpt_path CKPT] --budget K [options]``.
+
+    Raises:
+        ValueError: the config's data is not an annotation project, the checkpoint does not fit the model, the
+            project's tasks do not fit the episode shape, nothing is left to choose, or the label budget is spent.
+        LabelStudioError: a Label Studio call failed.
+    """
+    parser = _select_parser()
+    config = parser.parse_args(None if argv is None else list(argv))
+    built = parser.instantiate(config)
+    data, model = built.data, built.model
+    if not isinstance(data, AnnotatedTasksDataModule):
+        raise ValueError(
+            "select needs a project of tasks with unlabeled images: data.class_path "
+            f"units_lightning.annotation.AnnotatedTasksDataModule, not {type(data).__name__}"
+        )
+    model.sampler = data.sampler
+    step, lam = _restore(model, config.ckpt_path)
+    batch = select_batch(
+        model.to(config.device),
+        data,
+        config.budget,
+        step=step,
+        lam=lam,
+        checkpoint=str(Path(config.ckpt_path).resolve()) if config.ckpt_path else "",
+        label_budget=config.label_budget,
+        batch_id=config.batch_id,
+        sampler=None if config.ckpt_path else RandomSampler(),
+    )
+    folder = Path(config.output) if config.output else Path(batch.project) / "batches" / batch.id
+    batch, where = _send(batch, config, folder)
+    write_batch(batch, folder)
+    print(_report(batch, folder, where), flush=True)
+
+
+def _ingest_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="units-lightning ingest",
+        description="Take an annotation batch's answers into the label store, after checking them (unknown images or "
+        "classes, an image with two answers, a batch taken in twice: nothing is written).",
+    )
+    parser.add_argument("--batch", required=True, help="the batch's folder (or its manifest.json)")
+    parser.add_argument(
+        "--answers",
+        default=None,
+        help="batch.csv with the label column filled in (any CSV with image and label columns), or Label Studio's "
+        "JSON export of the batch's project; default: fetch that export from the Label Studio the batch was sent to",
+    )
+    parser.add_argument("--labels", default=None, help="the label store (default: the one the batch names)")
+    parser.add_argument("--label_studio_url", default=None, help="Label Studio to fetch from (default: the batch's)")
+    parser.add_argument("--label_studio_token", default=None, help=f"API token (default ${TOKEN_VARIABLE})")
+    return parser
+
+
+def _fetch(batch: AnnotationBatch, folder: Path, url: str | None, token: str | None) -> tuple[list[Answer], str]:
+    """The answers of the batch's Label Studio project, fetched through the API (the export is kept in
+    ``<batch folder>/label_studio/export.json``)."""
+    sent = batch.label_studio or {}
+    if "project" not in sent:
+        raise ValueError(
+            f"batch {batch.id} was not sent to Label Studio: pass --answers (batch.csv filled in, or a Label Studio "
+            "JSON export)"
+        )
+    client = LabelStudio(url or sent["url"], token or os.environ.get(TOKEN_VARIABLE, ""))
+    source = f"{client.url} project {sent['project']}"
+    export = client.export(int(sent["project"]))
+    write_text_atomically(folder / "label_studio" / "export.json", json.dumps(export, indent=1) + "\n")
+    return read_label_studio_export(export, source), source
+
+
+def ingest_main(argv: Sequence[str] | None = None) -> None:
+    """``units-lightning ingest --batch FOLDER [--answers FILE]``.
+
+    Raises:
+        ValueError: the manifest or the answers cannot be read; ``IngestError`` (a ``ValueError``): the answers
+            cannot be taken in (nothing is written).
+        LabelStudioError: fetching the export failed.
+    """
+    parser = _ingest_parser()
+    args = parser.parse_args(None if argv is None else list(argv))
+    batch = read_manifest(args.batch)
+    if args.answers:
+        answers, source = read_answers(args.answers), str(Path(args.answers).resolve())
+    else:
+        folder = Path(args.batch) if Path(args.batch).is_dir() else Path(args.batch).parent
+        answers, source = _fetch(batch, folder, args.label_studio_url, args.label_studio_token)
+    store = ingest(batch, answers, source, args.labels)
+    ledger, batches = store.ledger, len(store.batches)
+    budget = f" of a budget of {batch.label_budget}" if batch.label_budget else ""
+    print(
+        f"units-lightning ingest: batch {batch.id}, {len(batch.query_sets)} query sets "
+        f"({sum(len(s.images) for s in batch.query_sets)} images) into {_shown(args.labels or batch.labels)}\n"
+        f"  the project has {ledger['query_sets']} labeled query sets ({ledger['query_images']} images){budget} from "
+        f"{batches} batch{'es' if batches != 1 else ''}; train on them with units-lightning fit (docs/ANNOTATION.md)",
+        flush=True,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m units_lightning.annotation.commands {select,ingest} ...``."""
+    words = sys.argv[1:] if argv is None else list(argv)
+    commands = {"select": select_main, "ingest": ingest_main}
+    if not words or words[0] not in commands:
+        sys.exit(f"usage: python -m units_lightning.annotation.commands {{{','.join(commands)}}} [options] (--help)")
+    try:
+        commands[words[0]](words[1:])
+    except (ValueError, OSError) as error:  # bad input: the message, not a traceback (as units-lightning does)
+        print(f"units-lightning {words[0]}: error: {error}", file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

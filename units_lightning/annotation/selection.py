@@ -1,0 +1,273 @@
+"""``select``: which unlabeled query sets people should label next, by the rule the model trains with.
+
+For every task of the project: cut its still-unlabeled images into candidate query sets of ``n_way * query_shots``
+images (as many as the sampler's ``query_sets``, at random), adapt to the task's support set and predict every
+candidate (``UnitsMAML.adapt_and_predict_sets``, the evaluation path), and score each set by its task uncertainty
+``lambda * vacuity + (1 - lambda) * dissonance`` (``belief.task_uncertainty``, as a training step scores). The
+configured sampler's ``select`` then chooses among the (tasks x candidates) scores, exactly as in training, so a
+custom sampler chooses here too; it is asked again over the sets still unchosen until ``budget`` sets are chosen
+or none is left, and the ``budget`` most informative of its choices form the batch (ties, and every set of a
+sampler that ignores scores, in random order). The project's label budget, when it has one, trims the batch
+through ``LabelLedger.within_budget``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from units_lightning.annotation.batch import AnnotationBatch, ImagePrediction, SelectedQuerySet
+from units_lightning.annotation.datamodule import AnnotatedTasksDataModule
+from units_lightning.annotation.images import load_pixels, to_float
+from units_lightning.annotation.label_store import LabelStore
+from units_lightning.annotation.layout import AnnotationProject, AnnotationTask
+from units_lightning.belief import belief, dissonance, expected_probability, task_beliefs, task_uncertainty, vacuity
+from units_lightning.ledger import LabelLedger
+from units_lightning.module import UnitsMAML
+from units_lightning.samplers import TaskSampler
+
+__all__ = [
+    "Candidates",
+    "candidate_query_sets",
+    "choose_query_sets",
+    "score_candidates",
+    "select_batch",
+]
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """Every task's candidate query sets, scored.
+
+    Attributes:
+        tasks: the tasks that have at least one candidate.
+        sets: for each of those tasks, its candidate query sets (image names).
+        scores: (T, Q) task uncertainty of each candidate; ``-inf`` where a task has fewer than Q candidates.
+        evidence: for each task, (Q_t, M, N) evidence of every image of its candidates.
+    """
+
+    tasks: list[AnnotationTask]
+    sets: list[list[tuple[str, ...]]]
+    scores: Tensor
+    evidence: list[Tensor]
+
+
+def candidate_query_sets(
+    pool: Sequence[str], set_size: int, count: int, rng: np.random.Generator
+) -> list[tuple[str, ...]]:
+    """Up to ``count`` disjoint query sets of ``set_size`` images drawn at random from ``pool``.
+
+    Example:
+        >>> candidate_query_sets(["a", "b", "c", "d", "e"], 2, 3, np.random.default_rng(0))
+        [('c', 'e'), ('d', 'a')]
+    """
+    order = rng.permutation(len(pool))
+    return [
+        tuple(pool[i] for i in order[k * set_size : (k + 1) * set_size])
+        for k in range(min(count, len(pool) // set_size))
+    ]
+
+
+def _task_pixels(project: AnnotationProject, names: Sequence[str], image_shape, device) -> Tensor:
+    return to_float(load_pixels(project, names, image_shape)).to(device)
+
+
+def score_candidates(
+    model: UnitsMAML,
+    project: AnnotationProject,
+    store: LabelStore,
+    image_shape: tuple[int, int, int],
+    set_size: int,
+    count: int,
+    lam: float,
+    rng: np.random.Generator,
+) -> Candidates:
+    """Draw each task's candidate query sets from its unlabeled images and score them.
+
+    Each task is adapted to on its whole support set (every support image), once, and its candidates are
+    predicted from that adapted model, each set in its own pass (batch norm uses the set's statistics).
+
+    Args:
+        model: the trained model.
+        project: the project; store: its labels so far (labeled images are not candidates).
+        image_shape: (C, H, W) the model takes; set_size: images per query set; count: candidates per task.
+        lam: lambda of the task uncertainty.
+        rng: draws the candidate sets.
+    """
+    tasks, sets, rows, evidence = [], [], [], []
+    for task in project.tasks:
+        pool = [image for image in task.unlabeled if image not in store.labels]
+        candidates = candidate_query_sets(pool, set_size, count, rng)
+        if not candidates:
+            continue
+        support = [image for images in task.support for image in images]
+        support_y = torch.tensor([c for c, images in enumerate(task.support) for _ in images], device=model.device)
+        support_x = _task_pixels(project, support, image_shape, model.device)
+        query_x = _task_pixels(project, [i for s in candidates for i in s], image_shape, model.device)
+        query_x = query_x.view(len(candidates), set_size, *query_x.shape[1:])
+        logits = model.adapt_and_predict_sets(support_x[None], support_y[None], [q[None] for q in query_x])
+        task_evidence = model.loss.evidence(torch.cat(logits)).cpu()  # (Q_t, M, N)
+        beliefs = task_beliefs(task_evidence)
+        tasks.append(task)
+        sets.append(candidates)
+        rows.append(task_uncertainty(beliefs.vacuity, beliefs.dissonance, lam))
+        evidence.append(task_evidence)
+    width = max((len(r) for r in rows), default=0)
+    scores = torch.full((len(rows), width), float("-inf"))
+    for t, row in enumerate(rows):
+        scores[t, : len(row)] = row
+    return Candidates(tasks, sets, scores, evidence)
+
+
+def choose_query_sets(
+    sampler: TaskSampler,
+    scores: Tensor,
+    budget: int,
+    step: int,
+    rng: np.random.Generator,
+    ledger: LabelLedger | None = None,
+) -> list[tuple[int, int]]:
+    """The ``budget`` query sets the sampler's rule finds most informative, most informative first.
+
+    Args:
+        sampler: the configured task sampler; its ``select`` sees the (T, Q) scores (all zeros when it does not
+            use scores, as in training), the unavailable sets at ``-inf``.
+        scores: (T, Q) task uncertainty, ``-inf`` where there is no candidate.
+        budget: query sets wanted.
+        step: the step passed to ``select`` (at least the sampler's ``warmup_steps``: selection is never warm-up).
+        rng: orders ties at random.
+        ledger: the project's ledger, which trims the choice to what is left of its label budget.
+
+    Returns:
+        ``(task, candidate)`` positions, the highest score first (a random order for a sampler without scores).
+    """
+    step = max(step, sampler.warmup_steps)
+    shown = scores if sampler.needs_scores(step) else torch.zeros_like(scores)
+    available = torch.isfinite(scores)
+    chosen = torch.zeros_like(available)
+    while int(chosen.sum()) < budget and bool(available.any()):
+        offered = torch.where(available, shown, torch.full_like(shown, float("-inf")))
+        picked = sampler.select(offered, step).to(available.device) & available
+        if not picked.any():
+            break
+        chosen |= picked
+        available &= ~picked
+    # Highest shown score first, ties in a random order: a random permutation, then a stable sort.
+    shuffle = torch.from_numpy(rng.permutation(chosen.numel()))
+    order = shuffle[torch.sort(shown.flatten()[shuffle], descending=True, stable=True).indices]
+    order = order[chosen.flatten()[order]][:budget]
+    if ledger is not None:
+        kept = torch.zeros_like(chosen.flatten())
+        kept[order] = True
+        rank = torch.zeros(chosen.numel())
+        rank[order] = -torch.arange(len(order), dtype=torch.float32)
+        kept = ledger.within_budget(kept.view_as(chosen), priority=rank.view_as(scores)).flatten()
+        order = order[kept[order]]
+    width = scores.shape[1]
+    return [(int(i) // width, int(i) % width) for i in order]
+
+
+def _record(task: AnnotationTask, images: Sequence[str], evidence: Tensor, score: float, project) -> SelectedQuerySet:
+    probability = expected_probability(evidence)
+    vac, dis = vacuity(evidence), dissonance(belief(evidence))
+    predictions = tuple(
+        ImagePrediction(
+            image=image,
+            file=str(project.path(image)),
+            predicted=task.classes[int(probability[i].argmax())],
+            probabilities={c: round(float(p), 6) for c, p in zip(task.classes, probability[i], strict=True)},
+            vacuity=round(float(vac[i]), 6),
+            dissonance=round(float(dis[i]), 6),
+        )
+        for i, image in enumerate(images)
+    )
+    return SelectedQuerySet(
+        task.name, task.classes, round(score, 6), round(float(vac.mean()), 6), round(float(dis.mean()), 6), predictions
+    )
+
+
+def select_batch(
+    model: UnitsMAML,
+    data: AnnotatedTasksDataModule,
+    budget: int,
+    *,
+    step: int | None = None,
+    lam: float | None = None,
+    checkpoint: str = "",
+    label_budget: int | None = None,
+    batch_id: str | None = None,
+    sampler: TaskSampler | None = None,
+) -> AnnotationBatch:
+    """Choose the next annotation batch of ``data``'s project (see the module docstring).
+
+    Args:
+        model: the trained model (on the device to score on).
+        data: the project's data module: its root, label store, image shape, query set size (``n_way *
+            query_shots``), sampler (whose ``query_sets`` is the number of candidates per task) and seed.
+        budget: query sets to choose (fewer when fewer candidates are left, or the label budget is nearly spent).
+        step: the training step of ``model`` (default ``model.global_step``): what ``sampler.select`` is told.
+        lam: lambda of the task uncertainty (default: the model's schedule at its current epoch).
+        checkpoint: where the model came from, recorded in the manifest.
+        label_budget: the project's budget of labeled query sets (None: none), checked against its ledger.
+        batch_id: the batch's id (default ``batch-<number>-<hash of its images>``).
+        sampler: the rule that chooses (default ``data.sampler``; ``select`` without a checkpoint passes a
+            ``RandomSampler``). The number of candidates per task is ``data.sampler.query_sets`` either way.
+
+    Raises:
+        ValueError: ``budget`` < 1; the project's tasks do not fit the episode shape; the label budget is spent.
+    """
+    if budget < 1:
+        raise ValueError(f"budget must be at least 1 query set, got {budget}")
+    project, store = data.project(), data.label_store()
+    ledger = LabelLedger(label_budget)
+    if store.ledger:
+        ledger.load_state_dict(store.ledger)
+    if ledger.exhausted:
+        raise ValueError(
+            f"the project's label budget of {label_budget} query sets is spent ({ledger.query_sets} are labeled): "
+            "raise --label_budget to label more"
+        )
+    step = int(model.global_step if step is None else step)
+    lam = float(model.lam(model.schedule_epoch) if lam is None else lam)
+    rng = np.random.default_rng([data.seed, len(store.batches)])
+    candidates = score_candidates(
+        model, project, store, data.image_shape, data.query_set_size, data.sampler.query_sets, lam, rng
+    )
+    sampler = data.sampler if sampler is None else sampler
+    chosen = choose_query_sets(sampler, candidates.scores, budget, step, rng, ledger)
+    if not chosen:
+        raise ValueError(
+            f"no query set to choose in {project.root}: every task has fewer than {data.query_set_size} unlabeled "
+            "images left that are not labeled yet (add images to tasks/<task>/unlabeled/)"
+        )
+    query_sets = tuple(
+        _record(
+            candidates.tasks[t],
+            candidates.sets[t][q],
+            candidates.evidence[t][q],
+            float(candidates.scores[t, q]),
+            project,
+        )
+        for t, q in chosen
+    )
+    if batch_id is None:
+        digest = hashlib.sha1("\n".join(p.image for s in query_sets for p in s.images).encode()).hexdigest()[:8]
+        batch_id = f"batch-{len(store.batches) + 1:03d}-{digest}"
+    return AnnotationBatch(
+        id=batch_id,
+        project=str(project.root),
+        labels=str(data.labels.expanduser().resolve()),
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        checkpoint=str(checkpoint),
+        step=step,
+        sampler=repr(sampler),
+        lam=round(lam, 6),
+        label_budget=label_budget,
+        query_sets=query_sets,
+    )
