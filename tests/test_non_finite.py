@@ -142,6 +142,8 @@ def test_skips_counted_on_the_device_are_in_every_checkpoint(tmp_path):
     settles them, in a hook that may not log) holds them, and the run goes on."""
     from lightning.pytorch.callbacks import ModelCheckpoint
 
+    from units_lightning.evaluation.checkpoints import load_checkpoint
+
     model, _, poison, data = fit(tmp_path, "loss", fused=True)
     saver = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=1, save_top_k=-1)
     trainer = tiny_trainer(
@@ -149,5 +151,6 @@ def test_skips_counted_on_the_device_are_in_every_checkpoint(tmp_path):
     )
     with pytest.warns(UserWarning, match="skipped"):
         trainer.fit(model, data)
-    last = torch.load(tmp_path / "ckpt" / "epoch=0-step=5.ckpt", weights_only=False)
+    with torch.serialization.safe_globals([PoisonedLoss]):  # the test's loss is among the saved hyperparameters
+        last = load_checkpoint(tmp_path / "ckpt" / "epoch=0-step=5.ckpt")
     assert last["label_ledger"]["skipped_steps"] == 1 and model.ledger.skipped_steps == 1
