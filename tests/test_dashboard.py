@@ -81,11 +81,15 @@ def test_offline_run_holds_every_dashboard_key_and_the_config(wandb_run):
     config = [r for r in read_records(next(wandb_run.glob("run-*.wandb"))) if r.WhichOneof("record_type") == "config"]
     updated = {item.nested_key[0] if item.nested_key else item.key for r in config for item in r.config.update}
     assert "cli" in updated
-    assert "model:" in (wandb_run / "files" / "config.yaml").read_text()
+    run_folder = wandb_run.parent.parent / "units-lightning" / wandb_run.name.rsplit("-", 1)[-1]
+    assert "model:" in (run_folder / "config.yaml").read_text()  # in the run's folder, beside its checkpoints
 
 
 def test_report_from_an_offline_wandb_run(wandb_run, tmp_path):
     report = build_report(wandb_run.parent.parent, tmp_path)  # the logger's save_dir, as a user would pass it
+    (run,) = report.runs
+    assert run.folder.name == wandb_run.name.rsplit("-", 1)[-1] and run.log.source == "wandb"  # found by its id
+    assert run.summary["steps"] == 6 and run.setting == "Units-ML"
     names = {path.name for path in report.images}
     assert len(names) == len(CHARTS)
     assert any("histograms" in name for name in names)
@@ -102,10 +106,13 @@ def test_report_without_logs_says_what_it_looked_for(tmp_path, capsys):
 
 
 def test_dashboard_command_dry_run_prints_the_keys(capsys):
-    main(["dashboard", "--entity", "me", "--project", "units-lightning", "--dry-run"])
+    main(["dashboard", "--dry-run"])  # no account details needed
     printed = json.loads(capsys.readouterr().out)
     assert "val_curve/acc_vacuity_below_0p20" in printed["keys"] and printed["patterns"] == [r"selection/slot_win/\d+"]
     assert list(printed["sections"]) == list(dict.fromkeys(chart.section for chart in CHARTS))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["dashboard"])  # saving needs the entity
+    assert exit_info.value.code == 2 and "--entity is needed" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("switch", [[], ["--dashboard_callbacks=false"]], ids=["default_on", "switched_off"])

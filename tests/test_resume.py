@@ -17,7 +17,7 @@ import yaml
 from lightning.pytorch.callbacks import Callback
 from tiny_setup import QUICKSTART, REPO, TINY_QUICKSTART
 
-from units_lightning.resume import RUN_KEY, AtomicCheckpointIO, find_last_checkpoint, stored_run
+from units_lightning.resume import RUN_KEY, AtomicCheckpointIO, best_checkpoint, find_last_checkpoint, stored_run
 
 TESTS = Path(__file__).resolve().parent
 # The quick start shrunk to 12 steps, validated (and checkpointed) every 3 steps, so step 9 is mid-epoch.
@@ -120,7 +120,7 @@ def test_sigkill_halfway_then_ckpt_path_last_ends_bitwise_equal_to_an_uninterrup
     assert len(folders) == 2 and all(f.name.endswith(f"-{run_id}") for f in folders)
     steps = [row["trainer/global_step"] for row in read_history(folders[-1]) if "trainer/global_step" in row]
     assert steps and min(steps) >= 9 and max(steps) >= 11
-    summary = json.loads((folders[-1] / "files" / "summary.json").read_text())
+    summary = json.loads((checkpoint.parent.parent / "summary.json").read_text())  # one run folder, both parts
     assert summary["steps"] == 12
 
 
@@ -248,8 +248,11 @@ def test_fit_from_a_checkpoint_continues_its_logger_run_and_other_commands_do_no
         assert "(step 7, continuing W&B run abc123)" in capsys.readouterr().out
 
     config = _config(tmp_path, "last")
-    _resolve_ckpt_path(config, "test")  # evaluating a checkpoint is a run of its own
-    assert config.ckpt_path == str(checkpoint) and config.trainer.logger.init_args.id is None
+    _resolve_ckpt_path(config, "test")  # a test of the checkpoint goes on in its W&B run too
+    assert config.ckpt_path == str(checkpoint) and config.trainer.logger.init_args.id == "abc123"
+    config = _config(tmp_path, "last")
+    _resolve_ckpt_path(config, "predict")  # predict logs nothing
+    assert config.trainer.logger.init_args.id is None
     config = _config(tmp_path, "last", logger="CSVLogger")  # a W&B run id is no CSV version
     _resolve_ckpt_path(config, "fit")
     assert config.trainer.logger.init_args.version is None
@@ -259,10 +262,43 @@ def test_fit_from_a_checkpoint_continues_its_logger_run_and_other_commands_do_no
     _resolve_ckpt_path(config, "fit")
     assert config.ckpt_path is None and config.trainer.logger.init_args.id is None
     assert "no last.ckpt in" in capsys.readouterr().out
+    for given, command in (("last", "test"), ("best", "fit")):  # commands that need a checkpoint say so
+        with pytest.raises(ValueError, match=f"--ckpt_path {given}: no checkpoint in .*elsewhere.*Train one with"):
+            _resolve_ckpt_path(_config(tmp_path / "elsewhere", given), command)
 
     checkpoint.write_bytes(b"not a checkpoint")
-    with pytest.raises(RuntimeError, match="last.ckpt cannot be read"):
+    with pytest.raises(ValueError, match="last.ckpt cannot be read"):
         _resolve_ckpt_path(_config(tmp_path, "last"), "fit")
+
+
+def test_best_is_the_best_checkpoint_its_run_recorded(tmp_path):
+    from units_lightning.cli import _resolve_ckpt_path
+
+    folder = tmp_path / "runs" / "units-lightning" / "abc123" / "checkpoints"
+    for name in ("step5-acc0.9000.ckpt", "step3-acc0.8000.ckpt"):
+        AtomicCheckpointIO().save_checkpoint({"global_step": int(name[4])}, folder / name)
+    state = {
+        "monitor": "val/acc",
+        # paths as written by the run, elsewhere (a run folder moved or copied resolves by file name)
+        "best_model_path": "/moved/checkpoints/step5-acc0.9000.ckpt",
+        "best_model_score": torch.tensor(0.9),
+        "best_k_models": {
+            "/moved/checkpoints/step5-acc0.9000.ckpt": torch.tensor(0.9),
+            "/moved/checkpoints/step3-acc0.8000.ckpt": torch.tensor(0.8),
+        },
+    }
+    callbacks = {"ModelCheckpoint{'monitor': 'val/acc', 'mode': 'max', 'every_n_train_steps': 0}": state}
+    AtomicCheckpointIO().save_checkpoint({"global_step": 6, "callbacks": callbacks}, folder / "last.ckpt")
+    assert best_checkpoint(folder / "last.ckpt") == folder / "step5-acc0.9000.ckpt"
+    config = _config(tmp_path, "best")
+    _resolve_ckpt_path(config, "test")
+    assert config.ckpt_path == str(folder / "step5-acc0.9000.ckpt")
+    (folder / "step5-acc0.9000.ckpt").unlink()  # the best of those left
+    assert best_checkpoint(folder / "last.ckpt") == folder / "step3-acc0.8000.ckpt"
+    minimum = {key.replace("'max'", "'min'"): value for key, value in callbacks.items()}
+    AtomicCheckpointIO().save_checkpoint({"global_step": 6, "callbacks": minimum}, folder / "last.ckpt")
+    AtomicCheckpointIO().save_checkpoint({"global_step": 5}, folder / "step5-acc0.9000.ckpt")
+    assert best_checkpoint(folder / "last.ckpt") == folder / "step3-acc0.8000.ckpt"  # mode min: the lower score
 
 
 def test_sigterm_exits_with_status_143_and_says_how_to_continue(monkeypatch, capsys):

@@ -8,7 +8,8 @@
   (a tmpfs ``/tmp``, a mounted ``runs/``), the commit is a copy onto the target, not a rename, and nothing is
   synced.
 - ``find_last_checkpoint`` returns the newest ``last.ckpt`` (or ``last-v1.ckpt``, ...) among the checkpoint
-  folders a config's runs write to.
+  folders a config's runs write to; ``find_best_checkpoint`` the best by the monitored metric (``val/acc``) of
+  that same run, as its ``ModelCheckpoint`` recorded it.
 - ``RUN_KEY``: the entry of a checkpoint that names the logger and its run version (the W&B run id) that wrote
   it (``units_lightning.callbacks.run_version.RecordRunVersion`` writes it); ``stored_run`` reads it back, so a
   resumed run continues the same W&B run and log folder.
@@ -29,7 +30,15 @@ import torch
 from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
 
-__all__ = ["RUN_KEY", "AtomicCheckpointIO", "find_last_checkpoint", "last_checkpoints", "stored_run"]
+__all__ = [
+    "RUN_KEY",
+    "AtomicCheckpointIO",
+    "best_checkpoint",
+    "find_best_checkpoint",
+    "find_last_checkpoint",
+    "last_checkpoints",
+    "stored_run",
+]
 
 RUN_KEY = "units_lightning_run"
 # ModelCheckpoint's "last" file, with its version counter when one already existed: last.ckpt, last-v1.ckpt
@@ -112,6 +121,46 @@ def find_last_checkpoint(folders: Iterable[str | Path]) -> Path | None:
     """The most recently written ``last*.ckpt`` in ``folders`` (see ``last_checkpoints``), or None."""
     candidates = last_checkpoints(folders)
     return max(candidates, key=lambda p: (p.stat().st_mtime_ns, str(p))) if candidates else None
+
+
+def _monitored_states(checkpoint: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """``(mode, state)`` of each ``ModelCheckpoint`` with a monitor in a checkpoint's callback states."""
+    found = []
+    for key, state in (checkpoint.get("callbacks") or {}).items():
+        if not (isinstance(key, str) and key.startswith("ModelCheckpoint") and isinstance(state, dict)):
+            continue
+        if state.get("monitor"):
+            mode = re.search(r"'mode': '(min|max)'", key)
+            found.append((mode.group(1) if mode else "max", state))
+    return found
+
+
+def best_checkpoint(last: str | Path) -> Path | None:
+    """The best checkpoint of the run that wrote ``last`` (a ``last.ckpt``), or None where it recorded none.
+
+    Read from the state of the run's monitored ``ModelCheckpoint`` stored in ``last``: the best of its top-k files
+    (``best_k_models``) that still lie in ``last``'s folder. Only file names are used, so a run folder that was
+    moved or copied still resolves.
+    """
+    last = Path(last)
+    checkpoint = torch.load(last, map_location="cpu", weights_only=True, mmap=True)
+    candidates: list[tuple[float, Path]] = []
+    for mode, state in _monitored_states(checkpoint):
+        scored = dict(state.get("best_k_models") or {})
+        if state.get("best_model_path") and state.get("best_model_score") is not None:
+            scored.setdefault(state["best_model_path"], state["best_model_score"])
+        for name, score in scored.items():
+            path = last.parent / Path(str(name)).name
+            if path.is_file() and score is not None:
+                value = float(score)
+                candidates.append((value if mode == "max" else -value, path))
+    return max(candidates, key=lambda c: (c[0], str(c[1])))[1] if candidates else None
+
+
+def find_best_checkpoint(folders: Iterable[str | Path]) -> Path | None:
+    """The best checkpoint (see ``best_checkpoint``) of the run whose ``last.ckpt`` is newest in ``folders``."""
+    last = find_last_checkpoint(folders)
+    return None if last is None else best_checkpoint(last)
 
 
 def stored_run(path: str | Path) -> dict[str, Any]:

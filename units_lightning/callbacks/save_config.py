@@ -18,10 +18,11 @@ class SaveRunConfig(SaveConfigCallback):
 
     Lightning's ``SaveConfigCallback`` writes ``config.yaml`` into ``trainer.log_dir``, which for ``WandbLogger``
     is the shared ``save_dir``: the next run overwrites it. This one writes it where the run's other files go
-    (``units_lightning.runs.run_directory``): the W&B run's ``files/`` folder (synced and uploaded with the run),
-    the versioned folder of ``CSVLogger`` / ``TensorBoardLogger``, or ``default_root_dir`` without a logger.
-    With a ``WandbLogger`` the whole config also goes into the run's config under ``cli`` (``cli.model.lr``,
-    ``cli.data.init_args.n_way``, ...), so runs can be filtered and grouped by any option.
+    (``units_lightning.runs.run_directory``): the run folder beside ``checkpoints/`` (``<save_dir>/<W&B
+    project>/<run id>``, the versioned folder of ``CSVLogger`` / ``TensorBoardLogger``, or ``default_root_dir``
+    without a logger). After ``fit`` with a ``WandbLogger`` the whole config also goes into the run's config under
+    ``cli`` (``cli.model.lr``, ``cli.data.init_args.n_way``, ...), so runs can be filtered and grouped by any
+    option; a ``test`` that continues the run leaves it as trained.
 
     Args:
         parser: the parser of the subcommand (given by ``LightningCLI``).
@@ -55,7 +56,7 @@ class SaveRunConfig(SaveConfigCallback):
         path = directory / self.config_filename
         self.parser.save(self.config, str(path), skip_none=False, overwrite=self.overwrite, multifile=self.multifile)
         wandb_loggers = [logger for logger in trainer.loggers if isinstance(logger, WandbLogger)]
-        if wandb_loggers:
+        if wandb_loggers and stage == "fit":
             resolved = yaml.safe_load(self.parser.dump(self.config, skip_none=False))
             for logger in wandb_loggers:
                 logger.experiment.config.update({"cli": resolved}, allow_val_change=True)

@@ -5,11 +5,13 @@
   cannot drift apart.
 * ``workspace``: the charts as a saved W&B workspace (``wandb-workspaces``); ``workspace.main`` is the
   ``units-lightning dashboard`` command.
-* ``report``: the charts drawn from a run's own logs to PNG files and one self-contained ``report.html``;
-  ``report.main`` is the ``units-lightning report`` command.
-* ``plots``: one chart as a matplotlib figure (used by ``report``).
-* ``run_log``: a run's logged rows read back from an offline W&B run, ``CSVLogger``'s ``metrics.csv`` or
-  TensorBoard event files.
+* ``report``: a run's report (headline numbers, test results, the charts drawn from its own logs) as PNG files
+  and one self-contained ``report.html``, or several runs side by side; ``report.main`` is the
+  ``units-lightning report`` command. ``page`` writes the HTML, ``plots`` draws the figures.
+* ``run_info``: what the report reads of a run folder (summary, test results, config, log) and which runs a
+  path names.
+* ``run_log``: a run's logged rows read back from an offline W&B run (every part of it), ``CSVLogger``'s
+  ``metrics.csv`` or TensorBoard event files.
 * ``wandb_offline``: the reader of offline W&B run files (``run-<id>.wandb``).
 
 The dashboard reads logged keys only: it imports neither the callbacks that log them nor the module.
@@ -17,7 +19,8 @@ The dashboard reads logged keys only: it imports neither the callbacks that log 
 
 from units_lightning.dashboard.charts import CHARTS, EPOCH, STEP, Chart
 from units_lightning.dashboard.report import Report, build_report
-from units_lightning.dashboard.run_log import RunLog, find_log, read_log
+from units_lightning.dashboard.run_info import RunInfo, describe_run, runs_to_report, setting_name
+from units_lightning.dashboard.run_log import RunLog, find_log, read_log, read_run_log
 from units_lightning.dashboard.wandb_offline import find_offline_runs, read_history, read_records
 from units_lightning.dashboard.workspace import DEFAULT_NAME, build_workspace, panel_keys
 
@@ -28,13 +31,18 @@ __all__ = [
     "STEP",
     "Chart",
     "Report",
+    "RunInfo",
     "RunLog",
     "build_report",
     "build_workspace",
+    "describe_run",
     "find_log",
     "find_offline_runs",
     "panel_keys",
     "read_history",
     "read_log",
     "read_records",
+    "read_run_log",
+    "runs_to_report",
+    "setting_name",
 ]

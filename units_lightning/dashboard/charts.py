@@ -12,7 +12,7 @@ from typing import Literal
 from units_lightning import keys
 from units_lightning.keys import TRAIN, VAL, VAL_CURVE, stage_key
 
-__all__ = ["CHARTS", "STEP", "EPOCH", "Chart", "charts"]
+__all__ = ["CHARTS", "STEP", "EPOCH", "Chart", "charts", "series_label"]
 
 STEP = "step"  # the trainer's global step (W&B: trainer/global_step)
 EPOCH = "epoch"
@@ -33,6 +33,7 @@ class Chart:
             threshold, one line per validation).
         y_label: label of the y axis.
         y_range: fixed y-axis range, ``None`` for automatic ends.
+        about: one sentence under the chart in the report: what it shows, in words.
     """
 
     section: str
@@ -43,6 +44,7 @@ class Chart:
     kind: Literal["line", "histogram", "threshold_curve"] = "line"
     y_label: str = ""
     y_range: tuple[float | None, float | None] = field(default=(None, None))
+    about: str = ""
 
     def matching(self, keys: Iterable[str]) -> list[str]:
         """The keys this chart draws among ``keys``: its ``y`` keys present, plus those matching ``y_pattern``."""
@@ -56,6 +58,35 @@ class Chart:
 
 def _natural(key: str) -> tuple:
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", key))
+
+
+_STAGE_WORDS = {"train": "train", "val": "validation", "test": "test", "val_curve": "validation"}
+_NAME_WORDS = {"acc": "accuracy", "loss": "loss", "query_sets": "query sets", "query_images": "query images"}
+_QUANTILE_WORDS = {"10": "10th percentile", "50": "median", "90": "90th percentile"}
+
+
+def series_label(key: str) -> str:
+    """A logged key in words, for a legend.
+
+    >>> series_label("train/incorrect_belief_epoch"), series_label("val/acc"), series_label("schedule/eta")
+    ('train incorrect belief', 'validation accuracy', 'eta')
+    >>> series_label("selection/uncertainty_rejected_p90"), series_label("selection/slot_win/2")
+    ('rejected, 90th percentile', 'query-set slot 2')
+    """
+    prefix, _, name = key.partition("/")
+    name = re.sub(r"_(epoch|step)$", "", name)
+    if prefix == "selection":
+        slot = re.fullmatch(r"slot_win/(\d+)", name)
+        if slot:
+            return f"query-set slot {slot.group(1)}"
+        quantile = re.fullmatch(r"uncertainty_(chosen|rejected)_p(\d+)", name)
+        if quantile:
+            return f"{quantile.group(1)}, {_QUANTILE_WORDS.get(quantile.group(2), 'p' + quantile.group(2))}"
+        return name.removeprefix("uncertainty_").replace("_", " ")
+    if prefix in ("schedule", "labels", "label_budget"):
+        return _NAME_WORDS.get(name, name.replace("_", " "))
+    words = _NAME_WORDS.get(name, name.replace("_", " ").replace("theorem1 ", "Theorem 1 "))
+    return f"{_STAGE_WORDS.get(prefix, prefix)} {words}".strip()
 
 
 def charts(thresholds: Iterable[float] = keys.CURVE_VACUITY_THRESHOLDS) -> tuple[Chart, ...]:
@@ -73,6 +104,8 @@ def charts(thresholds: Iterable[float] = keys.CURVE_VACUITY_THRESHOLDS) -> tuple
             x=EPOCH,
             y_label="mean over labeled query sets",
             y_range=belief_range,
+            about="Vacuity (lack of evidence), dissonance (conflicting belief between classes), incorrect and "
+            "correct belief of the labeled query sets, averaged over each epoch.",
         ),
         Chart(
             "Belief trends",
@@ -81,21 +114,25 @@ def charts(thresholds: Iterable[float] = keys.CURVE_VACUITY_THRESHOLDS) -> tuple
             x=EPOCH,
             y_label="mean over validation tasks",
             y_range=belief_range,
+            about="The same four beliefs on the fixed validation tasks, at each validation.",
         ),
         Chart(
             "Belief trends",
-            "Tasks where Theorem 1 holds (ib >= cb / 2)",
+            "Tasks where Theorem 1 holds: incorrect belief >= dissonance / 2",
             (keys.theorem1_holds(TRAIN), keys.theorem1_holds(VAL)),
             x=EPOCH,
             y_label="fraction of tasks (must be 1)",
             y_range=(0.0, 1.05),
+            about="Theorem 1 of the paper: a query's incorrect belief is at least half its dissonance. It must hold "
+            "for every task: anything below 1 is a bug.",
         ),
         Chart(
             "Belief trends",
-            "Theorem 1 slack: min over tasks of ib - cb / 2",
+            "Theorem 1 slack: smallest (incorrect belief - dissonance / 2) over tasks",
             (keys.theorem1_margin(TRAIN), keys.theorem1_margin(VAL)),
             x=EPOCH,
-            y_label="ib - cb / 2 (>= 0 where it holds)",
+            y_label="incorrect belief - dissonance / 2",
+            about="How far the tightest task is from breaking Theorem 1 (0 or more where it holds).",
         ),
         Chart(
             "Belief trends",
@@ -104,14 +141,29 @@ def charts(thresholds: Iterable[float] = keys.CURVE_VACUITY_THRESHOLDS) -> tuple
             x=EPOCH,
             y_label="accuracy",
             y_range=(0.0, 1.0),
+            about="Training accuracy on the labeled query sets and validation accuracy, per epoch.",
         ),
-        Chart("Schedules", "lambda: weight of vacuity in the task score", (keys.SCHEDULE_LAMBDA,), y_label="lambda"),
-        Chart("Schedules", "eta: weight of the incorrect-belief regulariser", (keys.SCHEDULE_ETA,), y_label="eta"),
+        Chart(
+            "Schedules",
+            "lambda: weight of vacuity in the task score",
+            (keys.SCHEDULE_LAMBDA,),
+            y_label="lambda",
+            about="Task uncertainty = lambda x mean vacuity + (1 - lambda) x mean dissonance.",
+        ),
+        Chart(
+            "Schedules",
+            "eta: weight of the incorrect-belief regulariser",
+            (keys.SCHEDULE_ETA,),
+            y_label="eta",
+            about="The loss is log S - log alpha_y + eta x incorrect belief.",
+        ),
         Chart(
             "Selection",
             "Task uncertainty of chosen vs rejected query sets (step means)",
             tuple(keys.step_key(keys.selection_uncertainty(side)) for side in sides),
             y_label="task uncertainty",
+            about="Units-ML labels the most uncertain query set of each task: chosen sets should sit above rejected "
+            "ones once selection starts (after the sampler's warm-up).",
         ),
         Chart(
             "Selection",
@@ -119,18 +171,21 @@ def charts(thresholds: Iterable[float] = keys.CURVE_VACUITY_THRESHOLDS) -> tuple
             tuple(keys.selection_quantile(side, q) for side in sides for q in (10, 50, 90)),
             x=EPOCH,
             y_label="task uncertainty",
+            about="10th, 50th and 90th percentiles of the task uncertainty of chosen and rejected query sets.",
         ),
         Chart(
             "Selection",
             "Task uncertainty of chosen query sets (histograms)",
             (keys.selection_histogram("chosen"),),
             kind="histogram",
+            about="The distribution of the chosen sets' task uncertainty in the latest epoch (W&B runs).",
         ),
         Chart(
             "Selection",
             "Task uncertainty of rejected query sets (histograms)",
             (keys.selection_histogram("rejected"),),
             kind="histogram",
+            about="The distribution of the rejected sets' task uncertainty in the latest epoch (W&B runs).",
         ),
         Chart(
             "Selection",
@@ -139,6 +194,7 @@ def charts(thresholds: Iterable[float] = keys.CURVE_VACUITY_THRESHOLDS) -> tuple
             x=EPOCH,
             y_label="fraction of tasks",
             y_range=(0.0, 1.0),
+            about="Query sets are drawn alike, so each slot should win about equally often.",
         ),
         Chart(
             "Label budget",
@@ -147,12 +203,14 @@ def charts(thresholds: Iterable[float] = keys.CURVE_VACUITY_THRESHOLDS) -> tuple
             x=keys.LABEL_BUDGET_QUERY_SETS,
             y_label="validation accuracy",
             y_range=(0.0, 1.0),
+            about="Accuracy bought by each label: the curve a label-efficient method should lift.",
         ),
         Chart(
             "Label budget",
             "Labels spent",
             (keys.LABELS_QUERY_SETS, keys.LABELS_QUERY_IMAGES, keys.LABELS_SUPPORT_IMAGES),
             y_label="labels",
+            about="Labeled query sets, query images and support images so far (LabelLedger).",
         ),
         Chart(
             "Uncertainty curves",
@@ -161,6 +219,7 @@ def charts(thresholds: Iterable[float] = keys.CURVE_VACUITY_THRESHOLDS) -> tuple
             kind="threshold_curve",
             y_label="accuracy of queries with vacuity < t",
             y_range=(0.0, 1.0),
+            about="Accuracy of the queries the model is sure of (vacuity below t); later validations are darker.",
         ),
         Chart(
             "Uncertainty curves",
@@ -169,6 +228,7 @@ def charts(thresholds: Iterable[float] = keys.CURVE_VACUITY_THRESHOLDS) -> tuple
             kind="threshold_curve",
             y_label="fraction of queries with vacuity < t",
             y_range=(0.0, 1.0),
+            about="The fraction of queries kept at each threshold.",
         ),
     )
 

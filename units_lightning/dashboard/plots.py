@@ -1,27 +1,75 @@
-"""Draw the dashboard's charts (``charts.py``) from a run's logged rows with matplotlib."""
+"""Draw the dashboard's charts (``charts.py``) and a run's test results with matplotlib.
+
+``draw`` draws one chart from one run's rows; ``draw_compared`` draws one logged series of a chart for several
+runs on one axis; ``threshold_curves``, ``selective_accuracy`` and ``shift_probes`` draw ``results.json`` (one line
+per run). Legends use the words of ``charts.series_label``, not the logged keys.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from units_lightning.dashboard.charts import EPOCH, STEP, Chart
+from units_lightning.dashboard.charts import EPOCH, STEP, Chart, series_label
 from units_lightning.dashboard.run_log import finite
 from units_lightning.keys import LABEL_BUDGET_QUERY_SETS, threshold_from_key
 
-__all__ = ["draw"]
+__all__ = ["draw", "draw_compared", "selective_accuracy", "shift_probes", "threshold_curves"]
 
 _LINE_STYLES = ("-", "--", "-.", ":")
+_MARKERS = "os^Dv"
 _X_LABEL = {STEP: "training step", EPOCH: "epoch (from 0)", LABEL_BUDGET_QUERY_SETS: "labeled query sets"}
+_FONT = 9  # legend and tick labels: readable in a grid cell about 460 px wide
 
 
-def _figure() -> tuple[Any, Any]:
+def _figure(width: float = 6.4, height: float = 4.2) -> tuple[Any, Any]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    return plt.subplots(figsize=(7.0, 4.2), dpi=110)
+    figure, axes = plt.subplots(figsize=(width, height), dpi=110)
+    axes.tick_params(labelsize=_FONT)
+    return figure, axes
+
+
+def _colours(count: int) -> list[Any]:
+    import matplotlib.pyplot as plt
+
+    palette = plt.get_cmap("tab10")
+    return [palette(i % 10) for i in range(count)]
+
+
+def _legend(axes: Any, entries: int) -> None:
+    """Inside the axes for a few entries; below them, in columns, for many (so no line is hidden)."""
+    if entries == 0:
+        return
+    if entries <= 4:
+        axes.legend(fontsize=_FONT, loc="best", framealpha=0.85)
+    else:
+        axes.legend(fontsize=_FONT - 1, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=min(3, entries))
+
+
+def _finish(axes: Any, title: str, x_label: str, y_label: str, y_range: tuple, entries: int) -> None:
+    axes.set_title(title, fontsize=10)
+    axes.set_xlabel(x_label, fontsize=_FONT)
+    axes.set_ylabel(y_label, fontsize=_FONT)
+    if y_range != (None, None):
+        axes.set_ylim(*y_range)
+    axes.grid(alpha=0.3)
+    _legend(axes, entries)
+    axes.figure.tight_layout()
+
+
+def _close(figure: Any) -> None:
+    import matplotlib.pyplot as plt
+
+    plt.close(figure)
+
+
+def _points(rows: Sequence[dict[str, Any]], x: str, key: str) -> list[tuple[float, float]]:
+    return [(row[x], row[key]) for row in rows if finite(row.get(x)) and finite(row.get(key))]
 
 
 def draw(chart: Chart, rows: Sequence[dict[str, Any]]) -> Any | None:
@@ -40,43 +88,66 @@ def draw(chart: Chart, rows: Sequence[dict[str, Any]]) -> Any | None:
     return _lines(chart, rows, series)
 
 
-def _finish(chart: Chart, axes: Any, x_label: str) -> None:
-    axes.set_title(chart.title, fontsize=10)
-    axes.set_xlabel(x_label)
-    axes.set_ylabel(chart.y_label)
-    if chart.y_range != (None, None):
-        axes.set_ylim(*chart.y_range)
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize=7, loc="best")
-    axes.figure.tight_layout()
-
-
 def _lines(chart: Chart, rows: Sequence[dict[str, Any]], series: list[str]) -> Any | None:
     figure, axes = _figure()
     drawn = 0
     for index, key in enumerate(series):
-        points = [(row[chart.x], row[key]) for row in rows if finite(row.get(chart.x)) and finite(row.get(key))]
+        points = _points(rows, chart.x, key)
         if not points:
             continue
         xs, ys = zip(*points, strict=True)
         axes.plot(
             xs,
             ys,
-            marker="os^Dv"[index % 5] if len(points) <= 30 else None,
+            marker=_MARKERS[index % 5] if len(points) <= 30 else None,
             markersize=6 - index % 3,  # series that coincide (train and val at 1.0) stay visible
             linestyle=_LINE_STYLES[index % len(_LINE_STYLES)],
-            label=key,
+            label=series_label(key),
         )
         drawn += 1
     if not drawn:
-        import matplotlib.pyplot as plt
-
-        plt.close(figure)
+        _close(figure)
         return None
     from matplotlib.ticker import MaxNLocator
 
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps, epochs and label counts are whole numbers
-    _finish(chart, axes, _X_LABEL.get(chart.x, chart.x))
+    _finish(axes, chart.title, _X_LABEL.get(chart.x, chart.x), chart.y_label, chart.y_range, drawn)
+    return figure
+
+
+def draw_compared(chart: Chart, key: str, runs: Sequence[tuple[str, Sequence[dict[str, Any]]]]) -> Any | None:
+    """One logged series of ``chart`` for several runs on one axis (a line per run), or None where no run has it.
+
+    Args:
+        chart: the chart the series belongs to (its x axis, y label and range).
+        key: the logged key drawn.
+        runs: ``(label, rows)`` of each run.
+    """
+    figure, axes = _figure()
+    drawn = 0
+    for index, ((label, rows), colour) in enumerate(zip(runs, _colours(len(runs)), strict=True)):
+        points = _points(rows, chart.x, key)
+        if not points:
+            continue
+        xs, ys = zip(*points, strict=True)
+        axes.plot(
+            xs,
+            ys,
+            color=colour,
+            marker=_MARKERS[index % 5] if len(points) <= 30 else None,
+            markersize=5,
+            linestyle=_LINE_STYLES[index % len(_LINE_STYLES)],
+            label=label,
+        )
+        drawn += 1
+    if not drawn:
+        _close(figure)
+        return None
+    from matplotlib.ticker import MaxNLocator
+
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    title = f"{series_label(key)[:1].upper()}{series_label(key)[1:]}"
+    _finish(axes, title, _X_LABEL.get(chart.x, chart.x), chart.y_label, chart.y_range, drawn)
     return figure
 
 
@@ -89,6 +160,7 @@ def _threshold_curve(chart: Chart, rows: Sequence[dict[str, Any]], series: list[
         return None
     figure, axes = _figure()
     colours = plt.get_cmap("viridis")
+    labeled = 0
     for index, row in enumerate(curves):
         points = [(t, row[key]) for t, key in zip(thresholds, series, strict=True) if finite(row.get(key))]
         if not points:
@@ -98,6 +170,8 @@ def _threshold_curve(chart: Chart, rows: Sequence[dict[str, Any]], series: list[
         if finite(row.get("step")):
             when += f", step {int(row['step'])}"
         latest = index == len(curves) - 1
+        shown = latest or index == 0 or len(curves) <= 6
+        labeled += shown
         axes.plot(
             xs,
             ys,
@@ -105,10 +179,10 @@ def _threshold_curve(chart: Chart, rows: Sequence[dict[str, Any]], series: list[
             markersize=3,
             color=colours(index / max(1, len(curves) - 1)),
             linewidth=2.2 if latest else 1.0,
-            label=when if latest or index == 0 or len(curves) <= 8 else None,
+            label=when if shown else None,
         )
     axes.set_xlim(0.0, 1.02)  # thresholds that keep no query leave a visible gap on the left
-    _finish(chart, axes, "vacuity threshold t (queries with vacuity < t)")
+    _finish(axes, chart.title, "vacuity threshold t (queries with vacuity < t)", chart.y_label, chart.y_range, labeled)
     return figure
 
 
@@ -121,8 +195,106 @@ def _histogram(chart: Chart, rows: Sequence[dict[str, Any]]) -> Any | None:
     counts, edges = row[f"{key}/values"], row[f"{key}/bins"]
     figure, axes = _figure()
     widths = [b - a for a, b in zip(edges[:-1], edges[1:], strict=True)]
-    axes.bar(edges[:-1], counts, width=widths, align="edge", alpha=0.8, label=f"{key} (latest)")
     when = f"epoch {int(row['epoch'])}" if finite(row.get("epoch")) else f"step {row.get('step', '?')}"
-    chart_title = Chart(chart.section, f"{chart.title}, {when}", chart.y, y_label="query sets")
-    _finish(chart_title, axes, "task uncertainty")
+    axes.bar(edges[:-1], counts, width=widths, align="edge", alpha=0.8, label=f"latest ({when})")
+    _finish(axes, f"{chart.title}, {when}", "task uncertainty", "query sets", (None, None), 1)
+    return figure
+
+
+# --- test results (results.json) ------------------------------------------------------------------------------
+
+
+def _nan(value: Any) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+
+
+def threshold_curves(runs: Sequence[tuple[str, Mapping[str, Any]]]) -> Any | None:
+    """Test accuracy (solid) and coverage (dashed) of the queries with vacuity below each threshold, per run."""
+    runs = [(label, results) for label, results in runs if results.get("threshold_curve")]
+    if not runs:
+        return None
+    figure, axes = _figure()
+    for (label, results), colour in zip(runs, _colours(len(runs)), strict=True):
+        curve = results["threshold_curve"]
+        prefix = f"{label}: " if len(runs) > 1 else ""
+        axes.plot(
+            curve["threshold"],
+            [_nan(a) for a in curve["accuracy"]],
+            "o-",
+            color=colour,
+            markersize=3,
+            label=f"{prefix}accuracy",
+        )
+        axes.plot(
+            curve["threshold"],
+            [_nan(c) for c in curve["coverage"]],
+            "s--",
+            color=colour,
+            markersize=3,
+            label=f"{prefix}coverage (fraction kept)",
+        )
+    axes.set_xlim(0.0, 1.02)
+    title = "Test accuracy and coverage vs vacuity threshold"
+    _finish(
+        axes, title, "vacuity threshold t (queries with vacuity < t)", "accuracy / coverage", (0, 1.02), 2 * len(runs)
+    )
+    return figure
+
+
+def selective_accuracy(runs: Sequence[tuple[str, Mapping[str, Any]]]) -> Any | None:
+    """Test accuracy of the most confident queries (lowest vacuity) against the fraction kept, per run."""
+    runs = [(label, results) for label, results in runs if results.get("selective_accuracy")]
+    if not runs:
+        return None
+    figure, axes = _figure()
+    for index, ((label, results), colour) in enumerate(zip(runs, _colours(len(runs)), strict=True)):
+        rows = sorted(results["selective_accuracy"], key=lambda r: r["coverage"])
+        axes.plot(
+            [r["coverage"] for r in rows],
+            [_nan(r["accuracy"]) for r in rows],
+            marker=_MARKERS[index % 5],
+            linestyle=_LINE_STYLES[index % 4],
+            color=colour,
+            label=label,
+        )
+    _finish(
+        axes,
+        "Selective accuracy: the most confident queries",
+        "fraction of queries kept (lowest vacuity first)",
+        "accuracy",
+        (0, 1.02),
+        len(runs),
+    )
+    return figure
+
+
+def shift_probes(kind: str, runs: Sequence[tuple[str, Mapping[str, Any]]]) -> Any | None:
+    """Accuracy (left) and mean vacuity (right) of the query sets at each level of one shift, per run."""
+    runs = [(label, results) for label, results in runs if (results.get("ood") or {}).get(kind)]
+    if not runs:
+        return None
+    import matplotlib.pyplot as plt
+
+    figure, (accuracy_axes, vacuity_axes) = plt.subplots(1, 2, figsize=(8.0, 3.8), dpi=110)
+    for axes in (accuracy_axes, vacuity_axes):
+        axes.tick_params(labelsize=_FONT)
+    for index, ((label, results), colour) in enumerate(zip(runs, _colours(len(runs)), strict=True)):
+        rows = results["ood"][kind]
+        numeric = all(isinstance(r["level"], int | float) for r in rows)
+        xs = [r["level"] for r in rows] if numeric else list(range(len(rows)))
+        style = dict(color=colour, marker=_MARKERS[index % 5], linestyle=_LINE_STYLES[index % 4], label=label)
+        if any(r.get("accuracy") for r in rows):
+            accuracy = [_nan((r.get("accuracy") or {}).get("mean")) for r in rows]
+            accuracy_axes.plot(xs, accuracy, **style)
+        vacuity_axes.plot(xs, [_nan((r.get("vacuity") or {}).get("mean")) for r in rows], **style)
+        if not numeric:
+            for axes in (accuracy_axes, vacuity_axes):
+                axes.set_xticks(xs, [str(r["level"]) for r in rows], fontsize=_FONT)
+    for axes, name in ((accuracy_axes, "accuracy"), (vacuity_axes, "mean vacuity")):
+        axes.set_title(f"{kind}: {name}", fontsize=10)
+        axes.set_xlabel(kind, fontsize=_FONT)
+        axes.grid(alpha=0.3)
+    accuracy_axes.set_ylim(0, 1.02)
+    _legend(vacuity_axes, len(runs))
+    figure.tight_layout()
     return figure

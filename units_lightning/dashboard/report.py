@@ -1,25 +1,35 @@
-"""``units-lightning report RUN_DIR``: the belief dashboard drawn offline, as PNGs and one self-contained HTML page.
+"""``units-lightning report RUN [RUN ...]``: a run's dashboard drawn offline, or several runs side by side.
 
-For users without a W&B account, or offline: the charts of ``charts.py`` (the same the W&B workspace shows)
-drawn from the run's own logs, whichever logger wrote them (an offline W&B run, ``CSVLogger``'s ``metrics.csv``
-or TensorBoard event files; see ``run_log.py``).
+For users without a W&B account, or offline: one self-contained ``report.html`` (and the PNGs beside it) with a
+headline table (final validation and test accuracy with their 95% CI, beliefs, labels spent, wall time), the test
+results (threshold curve, selective accuracy, out-of-distribution probes) when the run was tested, and the charts
+of ``charts.py`` (the same the W&B workspace shows) drawn from the run's own logs, whichever logger wrote them.
+
+A run is its folder (``units_lightning.runs``): ``runs/quickstart`` finds the quick start's run in it; several runs
+(MAML, Units-NTS, Units-ML of one setting) are drawn on shared axes.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
 import html
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from units_lightning import keys
 from units_lightning.dashboard.charts import CHARTS, Chart
-from units_lightning.dashboard.plots import draw
-from units_lightning.dashboard.run_log import read_log
+from units_lightning.dashboard.page import Figure, Section, Table, render
+from units_lightning.dashboard.plots import draw, draw_compared, selective_accuracy, shift_probes, threshold_curves
+from units_lightning.dashboard.run_info import RunInfo, runs_to_report
+from units_lightning.runs import REPORT
 
 __all__ = ["Report", "build_report", "main"]
+
+_NA = "n/a"
 
 
 @dataclass
@@ -29,103 +39,395 @@ class Report:
     Attributes:
         html: the HTML page.
         images: the PNG files, in page order.
-        skipped: titles of charts with nothing to draw in this run, and why.
+        skipped: titles of charts with nothing to draw, and why.
+        runs: the runs drawn.
     """
 
     html: Path
     images: list[Path]
     skipped: list[str]
+    runs: list[RunInfo]
 
 
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")[:60]
 
 
-def build_report(run_dir: str | Path, out_dir: str | Path | None = None, charts: Sequence[Chart] = CHARTS) -> Report:
-    """Draw every chart the run's logs allow into ``out_dir`` (default ``RUN_DIR/report``).
+def _pct(value: Any, ci: Any = None) -> str:
+    if not isinstance(value, int | float) or value != value:
+        return _NA
+    text = f"{100 * value:.2f}%"
+    return text + (f" ± {100 * ci:.2f}" if isinstance(ci, int | float) and ci == ci else "")
 
-    Args:
-        run_dir: a run folder (or a folder above it, or the log file itself); see ``run_log.find_log``.
-        out_dir: where ``report.html`` and the PNGs go.
-        charts: which charts (default: the dashboard's).
 
-    Returns:
-        The written files and the charts left out.
+def _num(value: Any, digits: int = 4) -> str:
+    return f"{value:.{digits}f}" if isinstance(value, int | float) and value == value else _NA
 
-    Raises:
-        FileNotFoundError: if ``run_dir`` holds no log.
-    """
+
+def _seconds(value: Any) -> str:
+    return f"{value:.1f} s" if isinstance(value, int | float) else _NA
+
+
+def _last(run: RunInfo, key: str) -> Any:
+    rows = run.log.rows if run.log else []
+    values = [row[key] for row in rows if isinstance(row.get(key), int | float)]
+    return values[-1] if values else None
+
+
+def _mean(results: dict[str, Any] | None, name: str) -> Any:
+    entry = (results or {}).get(name)
+    return entry.get("mean") if isinstance(entry, dict) else None
+
+
+def _labels(runs: list[RunInfo], given: Sequence[str] | None) -> None:
+    """Name each run: ``--label`` values, else its setting, with its folder where settings repeat."""
+    if given:
+        if len(given) != len(runs):
+            raise ValueError(f"{len(given)} labels (--label) for {len(runs)} runs: give one per run, in order")
+        for run, label in zip(runs, given, strict=True):
+            run.label = label
+        return
+    settings = [run.setting for run in runs]
+    parent = Path(os.path.commonpath([str(run.folder.resolve()) for run in runs])) if len(runs) > 1 else None
+    for run, setting in zip(runs, settings, strict=True):
+        if settings.count(setting) == 1:
+            run.label = setting
+            continue
+        relative = run.folder.resolve().relative_to(parent) if parent else Path(run.folder.name)
+        short = relative.parts[0] if relative.parts else run.folder.name
+        run.label = f"{setting} ({short}{'/' + run.folder.name if run.folder.name != short else ''})"
+
+
+def _headline(runs: list[RunInfo]) -> Table:
+    rows: list[list[str]] = []
+
+    def row(name: str, cells: list[str]) -> None:
+        if any(cell != _NA for cell in cells):
+            rows.append([name, *cells])
+
+    row("Setting", [run.setting for run in runs])
+    row("Data", [run.data or _NA for run in runs])
+    val = [
+        _pct(
+            (run.summary or {}).get("val_accuracy", _last(run, keys.stage_key(keys.VAL, keys.ACC))),
+            (run.summary or {}).get("val_accuracy_ci95", _last(run, keys.stage_key(keys.VAL, keys.ACC_CI95))),
+        )
+        for run in runs
+    ]
+    row("Final validation accuracy (± 95% CI)", val)
+    test = []
+    for run in runs:
+        accuracy = (run.results or {}).get("accuracy") or {}
+        tasks = (run.results or {}).get("tasks")
+        text = _pct(accuracy.get("mean"), accuracy.get("ci95"))
+        test.append(f"{text} ({tasks} tasks)" if text != _NA and tasks else text)
+    row("Test accuracy (± 95% CI)", test)
+    for threshold in keys.REPORTED_VACUITY_THRESHOLDS:
+        cells = []
+        for run in runs:
+            found = [r for r in (run.results or {}).get("vacuity_thresholds", []) if r["threshold"] == threshold]
+            cells.append(f"{_pct(found[0]['accuracy'])} (keeps {_pct(found[0]['coverage'])})" if found else _NA)
+        row(f"Test accuracy at vacuity < {threshold:g} (coverage)", cells)
+    words = {
+        "vacuity": "Vacuity (lack of evidence)",
+        "dissonance": "Dissonance (conflicting belief)",
+        "incorrect_belief": "Incorrect belief",
+        "correct_belief": "Correct belief",
+    }
+    for name, word in words.items():
+        cells = []
+        for run in runs:
+            validation = (run.summary or {}).get(f"val_{name}", _last(run, keys.stage_key(keys.VAL, name)))
+            cells.append(f"{_num(validation)} / {_num(_mean(run.results, name))}")
+        row(f"{word}, validation / test", cells)
+    cells = []
+    for run in runs:
+        labels = (run.summary or {}).get("labels") or {}
+        if "query_sets" in labels:
+            cells.append(
+                f"{labels['query_sets']:,} query sets ({labels['query_images']:,} images), "
+                f"{labels['support_images']:,} support images"
+            )
+        else:
+            cells.append(_NA)
+    row("Labels spent", cells)
+    row("Training steps", [str((run.summary or {}).get("steps", _NA)) for run in runs])
+    row("Wall time of fit", [_seconds((run.summary or {}).get("wall_time_s")) for run in runs])
+    row(
+        "AURC / ECE (test)",
+        [
+            f"{_num((run.results or {}).get('aurc'))} / {_num((run.results or {}).get('ece'))}" if run.results else _NA
+            for run in runs
+        ],
+    )
+    row("Stopped", [str((run.summary or {}).get("stopped") or _NA) for run in runs])
+    row("Skipped steps (non-finite)", [str((run.summary or {}).get("skipped_steps") or _NA) for run in runs])
+    row("Warning", [str((run.summary or {}).get("collapse_warning") or _NA) for run in runs])
+    return Table(
+        ["", *(run.label for run in runs)],
+        rows,
+        "Validation: the last validation of training (summary.json). Test: `units-lightning test` (results.json), "
+        "on its own fixed, seeded test tasks. n/a: not measured for this run.",
+    )
+
+
+def _save(figure: Any, path: Path, images: list[Path]) -> Path:
     import matplotlib.pyplot as plt
 
-    log = read_log(run_dir)
-    base = Path(run_dir) if Path(run_dir).is_dir() else Path(run_dir).parent
-    out = Path(out_dir) if out_dir is not None else base / "report"
+    figure.savefig(path)
+    plt.close(figure)
+    images.append(path)
+    return path
+
+
+def _test_section(runs: list[RunInfo], out: Path, images: list[Path]) -> Section | None:
+    tested = [(run.label, run.results) for run in runs if run.results]
+    if not tested:
+        return None
+    section = Section(
+        "Test results",
+        "test",
+        html.escape(
+            "Adapted to each test task's support set, then scored on its queries; the probes shift the queries "
+            "only (rotations, scales, other datasets) and ask whether vacuity rises where accuracy falls."
+        ),
+    )
+    coverages = sorted({r["coverage"] for _, res in tested for r in res.get("selective_accuracy", [])}, reverse=True)
+    section.tables.append(
+        Table(
+            ["Most confident queries kept", *(label for label, _ in tested)],
+            [
+                [
+                    f"{100 * coverage:.0f}%",
+                    *(
+                        _pct(
+                            next(
+                                (r["accuracy"] for r in res.get("selective_accuracy", []) if r["coverage"] == coverage),
+                                None,
+                            )
+                        )
+                        for _, res in tested
+                    ),
+                ]
+                for coverage in coverages
+            ],
+            "Accuracy of the given fraction of queries with the lowest vacuity.",
+        )
+    )
+    kinds = list(dict.fromkeys(kind for _, res in tested for kind in (res.get("ood") or {})))
+    for kind in kinds:
+        levels = list(dict.fromkeys(str(r["level"]) for _, res in tested for r in (res.get("ood") or {}).get(kind, [])))
+        rows = []
+        for level in levels:
+            cells = []
+            for _, res in tested:
+                found = [r for r in (res.get("ood") or {}).get(kind, []) if str(r["level"]) == level]
+                if not found:
+                    cells.append(_NA)
+                    continue
+                r = found[0]
+                accuracy = (r.get("accuracy") or {}).get("mean")
+                parts = ([f"acc {_pct(accuracy)}"] if accuracy is not None else []) + [
+                    f"vacuity {_num((r.get('vacuity') or {}).get('mean'), 3)}",
+                    f"AUROC {_num(r.get('auroc'), 2)}",
+                ]
+                cells.append(", ".join(parts))
+            rows.append([level, *cells])
+        section.tables.append(
+            Table(
+                [f"Out of distribution: {kind}", *(label for label, _ in tested)],
+                rows,
+                "Accuracy and mean vacuity of the shifted query sets; AUROC: how well vacuity tells them from clean "
+                "ones.",
+            )
+        )
+    plots = [
+        (
+            "test_threshold_curve.png",
+            "Accuracy and coverage vs vacuity threshold",
+            threshold_curves(tested),
+            "Solid: accuracy of the queries with vacuity below the threshold; dashed: the fraction of queries kept.",
+        ),
+        (
+            "test_selective_accuracy.png",
+            "Selective accuracy",
+            selective_accuracy(tested),
+            "Accuracy of the most confident queries against the fraction kept: it should rise as fewer are kept.",
+        ),
+    ]
+    plots += [
+        (
+            f"test_ood_{_slug(kind)}.png",
+            f"Out of distribution: {kind}",
+            shift_probes(kind, tested),
+            f"Accuracy (left) and mean vacuity (right) of query sets under {kind}.",
+        )
+        for kind in kinds
+    ]
+    for name, title, figure, caption in plots:
+        if figure is not None:
+            section.figures.append(Figure(_save(figure, out / name, images), title, caption))
+    return section
+
+
+def _chart_sections(
+    charts: Sequence[Chart],
+    rows: list[dict[str, Any]],
+    out: Path,
+    prefix: str,
+    images: list[Path],
+    skipped: list[str],
+    source: str,
+) -> list[Section]:
+    sections: dict[str, Section] = {}
+    for index, chart in enumerate(charts):
+        figure = draw(chart, rows)
+        if figure is None:
+            reason = "not logged in this run"
+            if chart.kind == "histogram" and source != "wandb":
+                reason = "needs W&B histograms; the quantile chart shows the same values"
+            skipped.append(f"{prefix}{chart.title}: {reason}")
+            continue
+        path = _save(
+            figure, out / f"{_slug(prefix) + '_' if prefix else ''}{index:02d}_{_slug(chart.title)}.png", images
+        )
+        section = sections.setdefault(chart.section, Section(chart.section, _slug(prefix + chart.section)))
+        section.figures.append(Figure(path, chart.title, chart.about))
+    return list(sections.values())
+
+
+def _compared_sections(
+    runs: list[RunInfo], charts: Sequence[Chart], out: Path, images: list[Path], skipped: list[str]
+) -> list[Section]:
+    """Every series of the line charts with fixed keys, one chart per series with a line per run."""
+    logged = [(run.label, run.log.rows if run.log else []) for run in runs]
+    sections: dict[str, Section] = {}
+    for index, chart in enumerate(charts):
+        if chart.kind != "line" or not chart.y:
+            continue
+        for key in chart.y:
+            figure = draw_compared(chart, key, logged)
+            if figure is None:
+                skipped.append(f"{chart.title}, {key}: logged by none of the runs")
+                continue
+            path = _save(figure, out / f"compare_{index:02d}_{_slug(key)}.png", images)
+            section = sections.setdefault(chart.section, Section(chart.section, "compare_" + _slug(chart.section)))
+            section.figures.append(Figure(path, chart.title, f"{key}: {chart.about}".strip(": ")))
+    return list(sections.values())
+
+
+def _files(runs: list[RunInfo]) -> Section:
+    rows = []
+    for run in runs:
+        checkpoints = (run.summary or {}).get("checkpoints") or {}
+        files = [f"{role}: {path}" for role, path in checkpoints.items()]
+        files += [
+            name
+            for name in ("summary.json", "config.yaml", "results.json", "predictions.csv")
+            if (run.folder / name).is_file()
+        ]
+        log = run.log
+        where = _NA
+        if log is not None:
+            where = f"{log.source}: {log.path}" + (f" ({len(log.parts)} parts)" if len(log.parts) > 1 else "")
+        rows.append([run.label, str(run.folder), ", ".join(files) or _NA, where])
+    return Section("Files", "files", tables=[Table(["Run", "Folder", "Files", "Log read"], rows)])
+
+
+def build_report(
+    run_dir: str | Path | Sequence[str | Path],
+    out_dir: str | Path | None = None,
+    charts: Sequence[Chart] = CHARTS,
+    labels: Sequence[str] | None = None,
+) -> Report:
+    """Draw the report of one run, or of several side by side, into ``out_dir``.
+
+    Args:
+        run_dir: a run folder, a folder above one (``runs/quickstart``), a log file; or a list of them to compare.
+        out_dir: where ``report.html`` and the PNGs go (default: ``<run folder>/report``; for several runs,
+            ``comparison/`` in the folder that holds them all).
+        charts: which charts (default: the dashboard's).
+        labels: a name for each run (default: its setting, MAML / Units-NTS / Units-ST / Units-ML).
+
+    Returns:
+        The written files, the charts left out and the runs drawn.
+
+    Raises:
+        FileNotFoundError: a path that does not exist or holds no run and no log.
+        ValueError: a folder holding several trained runs (name one), or labels that do not match the runs.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    paths = [run_dir] if isinstance(run_dir, str | Path) else list(run_dir)
+    runs = runs_to_report(paths)
+    _labels(runs, labels)
+    if out_dir is not None:
+        out = Path(out_dir)
+    elif len(runs) == 1:
+        out = runs[0].folder / REPORT
+    else:
+        out = Path(os.path.commonpath([str(run.folder.resolve()) for run in runs])) / "comparison"
     out.mkdir(parents=True, exist_ok=True)
     images: list[Path] = []
     skipped: list[str] = []
-    sections: dict[str, list[tuple[Chart, Path]]] = {}
-    for index, chart in enumerate(charts):
-        figure = draw(chart, log.rows)
-        if figure is None:
-            reason = "not logged in this run"
-            if chart.kind == "histogram" and log.source != "wandb":
-                reason = "needs W&B histograms; the quantile chart shows the same values"
-            skipped.append(f"{chart.title}: {reason}")
-            continue
-        path = out / f"{index:02d}_{_slug(chart.title)}.png"
-        figure.savefig(path)
-        plt.close(figure)
-        images.append(path)
-        sections.setdefault(chart.section, []).append((chart, path))
-    page = out / "report.html"
-    page.write_text(_html(Path(run_dir), log.source, log.path, len(log.rows), sections, skipped))
-    return Report(page, images, skipped)
-
-
-def _html(
-    run_dir: Path, source: str, path: Path, rows: int, sections: dict[str, list[tuple[Chart, Path]]], skipped: list[str]
-) -> str:
-    parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8"><title>Units-ML belief dashboard</title>',
-        "<style>body{font-family:sans-serif;max-width:1500px;margin:auto;padding:1em}"
-        ".grid{display:flex;flex-wrap:wrap;gap:12px}figure{margin:0}img{width:700px;max-width:100%}"
-        "figcaption{font-size:.85em;color:#555}</style></head><body>",
-        "<h1>Units-ML belief dashboard</h1>",
-        f"<p>Run: <code>{html.escape(str(run_dir))}</code><br>Read from the {html.escape(source)} log "
-        f"<code>{html.escape(str(path))}</code> ({rows} rows).</p>",
-    ]
-    for section, items in sections.items():
-        parts.append(f'<h2>{html.escape(section)}</h2><div class="grid">')
-        for chart, image in items:
-            data = base64.b64encode(image.read_bytes()).decode("ascii")
-            parts.append(
-                f'<figure><img alt="{html.escape(chart.title)}" src="data:image/png;base64,{data}">'
-                f"<figcaption>{html.escape(image.name)}</figcaption></figure>"
+    headline = Section("At a glance", "headline", tables=[_headline(runs)])
+    sections = [headline]
+    test = _test_section(runs, out, images)
+    if test is not None:
+        sections.append(test)
+    if len(runs) == 1:
+        run = runs[0]
+        rows = run.log.rows if run.log else []
+        training = _chart_sections(charts, rows, out, "", images, skipped, run.log.source if run.log else "")
+        sections.append(Section("Training", "training", subsections=training))
+        title = f"Units-ML run report: {run.label}"
+        subtitle = f"Run <code>{html.escape(str(run.folder))}</code>" + _read_from(run)
+    else:
+        compared = _compared_sections(runs, charts, out, images, skipped)
+        sections.append(Section("Side by side", "compare", "One line per run, on shared axes.", subsections=compared))
+        for number, run in enumerate(runs, 1):
+            rows = run.log.rows if run.log else []
+            own = _chart_sections(charts, rows, out, f"run{number} ", images, [], run.log.source if run.log else "")
+            sections.append(
+                Section(f"{run.label}: every chart", f"run{number}", _read_from(run), subsections=own, folded=True)
             )
-        parts.append("</div>")
-    if skipped:
-        parts.append("<h2>Not drawn</h2><ul>")
-        parts.extend(f"<li>{html.escape(item)}</li>" for item in skipped)
-        parts.append("</ul>")
-    parts.append("</body></html>")
-    return "\n".join(parts) + "\n"
+        title = "Units-ML runs side by side: " + " vs ".join(run.label for run in runs)
+        subtitle = ", ".join(f"{html.escape(run.label)}: <code>{html.escape(str(run.folder))}</code>" for run in runs)
+    sections.append(_files(runs))
+    page = out / "report.html"
+    page.write_text(render(title, subtitle, sections, skipped))
+    return Report(page, images, skipped, runs)
+
+
+def _read_from(run: RunInfo) -> str:
+    if run.log is None:
+        return ". No log found: the charts need a logger (W&B, CSV or TensorBoard)."
+    parts = f", {len(run.log.parts)} parts" if len(run.log.parts) > 1 else ""
+    return (
+        f". Charts read from the {html.escape(run.log.source)} log <code>{html.escape(str(run.log.path))}</code> "
+        f"({len(run.log.rows)} rows{parts})."
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``units-lightning report RUN_DIR [--out DIR]``."""
+    """``units-lightning report RUN [RUN ...] [--out DIR] [--label NAME ...]``."""
     parser = argparse.ArgumentParser(
         prog="units-lightning report",
-        description="Draw the belief dashboard of a run from its logs (offline W&B run, CSV or TensorBoard) "
-        "to PNG files and one self-contained HTML page.",
+        description="Draw a run's dashboard from its folder and logs (W&B offline run, CSV or TensorBoard) into one "
+        "self-contained report.html with PNGs beside it; give several runs to compare them side by side.",
     )
-    parser.add_argument("run_dir", help="the run folder, a folder above it (e.g. runs/quickstart) or the log file")
-    parser.add_argument("--out", default=None, help="output folder (default: RUN_DIR/report)")
+    parser.add_argument(
+        "runs", nargs="+", metavar="RUN", help="a run folder, a folder above one (runs/quickstart), or a log file"
+    )
+    parser.add_argument("--out", default=None, help="output folder (default: RUN/report; several runs: comparison/)")
+    parser.add_argument("--label", action="append", default=None, help="a name per run, in order (default: setting)")
     args = parser.parse_args(argv)
     try:
-        report = build_report(args.run_dir, args.out)
-    except (FileNotFoundError, ImportError) as error:
+        report = build_report(args.runs, args.out, labels=args.label)
+    except (FileNotFoundError, ImportError, ValueError) as error:
         parser.exit(2, f"units-lightning report: error: {error}\n")
-    print(f"wrote {report.html} and {len(report.images)} PNGs beside it")
-    for item in report.skipped:
-        print(f"  not drawn: {item}")
+    print(f"wrote {report.html} ({len(report.images)} PNGs beside it)")
+    print(f"  open file://{report.html.resolve()}")
+    if report.skipped:
+        print(f"  not drawn ({len(report.skipped)}, listed at the end of the page): " + "; ".join(report.skipped))

@@ -1,16 +1,21 @@
-"""Read a run's logged rows back from whatever logger wrote them: an offline W&B run, CSV or TensorBoard."""
+"""Read a run's logged rows back from whatever logger wrote them: an offline W&B run, CSV or TensorBoard.
+
+``read_run_log`` reads the log of a run folder (``units_lightning.runs``): ``metrics.csv`` or TensorBoard events
+inside it, or the W&B run of the same id beside it (``<save_dir>/wandb/*-<id>``), every part of it in order (a
+resumed run and a ``test`` of its checkpoint add parts). ``read_log`` reads one log file or folder as given.
+"""
 
 from __future__ import annotations
 
 import csv
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from units_lightning.dashboard.wandb_offline import read_history
 
-__all__ = ["RunLog", "find_log", "read_log"]
+__all__ = ["RunLog", "find_log", "merge_parts", "read_log", "read_run_log", "wandb_parts"]
 
 
 @dataclass
@@ -19,13 +24,15 @@ class RunLog:
 
     Attributes:
         source: ``"wandb"``, ``"csv"`` or ``"tensorboard"``.
-        path: the file or folder read.
+        path: the file or folder read (for a W&B run of several parts, its newest part).
         rows: one dict per logging call (CSV, W&B) or per step (TensorBoard), in order.
+        parts: the W&B run folders read, oldest first, where there were several.
     """
 
     source: str
     path: Path
     rows: list[dict[str, Any]]
+    parts: list[Path] = field(default_factory=list)
 
     @property
     def keys(self) -> set[str]:
@@ -76,6 +83,59 @@ def read_log(run_dir: str | Path) -> RunLog:
     source, path = find_log(run_dir)
     reader = {"wandb": _read_wandb, "csv": _read_csv, "tensorboard": _read_tensorboard}[source]
     return RunLog(source, path, reader(path))
+
+
+def wandb_parts(run_folder: str | Path) -> list[Path]:
+    """The W&B run folders of a run folder ``<save_dir>/<project>/<run id>``: ``<save_dir>/wandb/*-<run id>`` that
+    hold a ``run-<id>.wandb`` file, oldest first (each process that logged to the run wrote one)."""
+    run_folder = Path(run_folder)
+    run_id = run_folder.name
+    wandb_dir = run_folder.parent.parent / "wandb"
+    if not wandb_dir.is_dir():
+        return []
+    parts = [p for p in wandb_dir.glob(f"*-{run_id}") if p.is_dir() and not p.is_symlink()]
+    return sorted(p for p in parts if (p / f"run-{run_id}.wandb").is_file())
+
+
+def _is_training(rows: list[dict[str, Any]]) -> bool:
+    return any(key.startswith("train/") for row in rows for key in row)
+
+
+def merge_parts(parts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One history from the parts of a run, oldest first.
+
+    A part that trained (it logged ``train/`` keys) continues the ones before it: rows they logged at or after
+    its first step were logged again after a resume, and are dropped. Parts that only evaluated (a ``test`` of
+    the run's checkpoint) are left out: their results are in ``results.json``.
+    """
+    merged: list[dict[str, Any]] = []
+    for rows in parts:
+        if not _is_training(rows):
+            continue
+        steps = [row["step"] for row in rows if finite(row.get("step"))]
+        if steps:
+            first = min(steps)
+            merged = [row for row in merged if not (finite(row.get("step")) and row["step"] >= first)]
+        merged.extend(rows)
+    return merged
+
+
+def read_run_log(run_folder: str | Path) -> RunLog | None:
+    """The log of a run folder, whichever logger wrote it, or None where it has none (a run without a logger).
+
+    Looks for ``metrics.csv`` (``CSVLogger``) and TensorBoard events in the folder, then for the parts of the W&B
+    run of the same id (see ``wandb_parts`` and ``merge_parts``).
+    """
+    run_folder = Path(run_folder)
+    csv_file = run_folder / "metrics.csv"
+    if csv_file.is_file():
+        return RunLog("csv", csv_file, _read_csv(csv_file))
+    if any(run_folder.glob("events.out.tfevents.*")):
+        return RunLog("tensorboard", run_folder, _read_tensorboard(run_folder))  # every event file in it
+    parts = wandb_parts(run_folder)
+    if parts:
+        return RunLog("wandb", parts[-1], merge_parts([_read_wandb(part) for part in parts]), parts)
+    return None
 
 
 def _read_wandb(path: Path) -> list[dict[str, Any]]:

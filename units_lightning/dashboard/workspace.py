@@ -2,7 +2,7 @@
 
 ``build_workspace`` turns ``charts.CHARTS`` into a ``wandb_workspaces.workspaces.Workspace`` without touching the
 network; ``units-lightning dashboard --entity E --project P`` saves it to W&B (after ``wandb login``), and
-``--dry-run`` prints its sections and keys instead.
+``--dry-run`` prints its sections and keys instead (no account details needed).
 """
 
 from __future__ import annotations
@@ -93,18 +93,24 @@ def panel_keys(workspace: Any) -> tuple[set[str], set[str]]:
     return keys, patterns
 
 
+DEFAULT_PROJECT = "units-lightning"  # the W&B project of the shipped configs
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    """``units-lightning dashboard --entity E --project P [--name N] [--dry-run]``."""
+    """``units-lightning dashboard --entity E [--project P] [--name N]``, or ``--dry-run`` (no account needed)."""
     parser = argparse.ArgumentParser(
         prog="units-lightning dashboard",
-        description="Create the Units-ML belief dashboard as a saved workspace (view) of a W&B project.",
+        description="Create the Units-ML belief dashboard as a saved workspace (view) of a W&B project; "
+        "--dry-run prints its sections and keys without an account.",
     )
-    parser.add_argument("--entity", required=True, help="W&B user or team")
-    parser.add_argument("--project", required=True, help="W&B project (the shipped configs log to units-lightning)")
+    parser.add_argument("--entity", default=None, help="W&B user or team (needed to save, not for --dry-run)")
+    parser.add_argument("--project", default=DEFAULT_PROJECT, help=f"W&B project (default: {DEFAULT_PROJECT!r})")
     parser.add_argument("--name", default=DEFAULT_NAME, help=f"workspace name (default: {DEFAULT_NAME!r})")
     parser.add_argument("--dry-run", action="store_true", help="print the sections and keys; do not contact W&B")
     args = parser.parse_args(argv)
-    workspace = build_workspace(args.entity, args.project, args.name)
+    if args.entity is None and not args.dry_run:
+        parser.error("--entity is needed to save the workspace to W&B (your user or team); --dry-run needs none")
+    workspace = build_workspace(args.entity or "<entity>", args.project, args.name)
     if args.dry_run:
         layout = {section.name: [panel.title for panel in section.panels] for section in workspace.sections}
         keys, patterns = panel_keys(workspace)

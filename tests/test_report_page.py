@@ -1,0 +1,246 @@
+"""``report.html``: its sections (headline table, test results, charts in a grid, terms), several runs side by side,
+and which run a folder names. Run folders are written by hand here (CSV logs), so nothing trains."""
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from units_lightning.cli import main
+from units_lightning.dashboard import build_report, read_run_log, runs_to_report, setting_name
+from units_lightning.dashboard.run_log import merge_parts
+from units_lightning.runs import find_run_folders
+
+SETTINGS = {
+    "MAML": ("CrossEntropyLoss", "RandomSampler"),
+    "Units-NTS": ("EvidentialLoss", "RandomSampler"),
+    "Units-ML": ("EvidentialLoss", "MultiQuerySampler"),
+}
+
+
+def _rows(accuracy_end: float) -> list[dict]:
+    rows = []
+    for epoch in range(3):
+        for step in range(epoch * 5, epoch * 5 + 5):
+            rows.append(
+                {
+                    "step": step,
+                    "epoch": epoch,
+                    "train/loss_step": 1.0 - 0.05 * step,
+                    "schedule/lambda": 0.99 - 0.01 * step,
+                    "schedule/eta": min(1.0, 0.1 * step),
+                    "labels/query_sets": 4 * (step + 1),
+                }
+            )
+        accuracy = accuracy_end - 0.1 * (2 - epoch)
+        rows.append(
+            {
+                "step": epoch * 5 + 4,
+                "epoch": epoch,
+                "val/acc": accuracy,
+                "val/acc_ci95": 0.02,
+                "val/vacuity": 0.5 - 0.05 * epoch,
+                "val/dissonance": 0.2,
+                "val/incorrect_belief": 0.15,
+                "val/correct_belief": 0.4,
+                "label_budget/query_sets": 20 * (epoch + 1),
+                "val/theorem1_holds": 1.0,
+                "val/theorem1_margin": 0.05,
+                "val_curve/acc_vacuity_below_0p50": accuracy,
+                "val_curve/acc_vacuity_below_1p00": accuracy,
+                "val_curve/coverage_vacuity_below_0p50": 0.4,
+                "val_curve/coverage_vacuity_below_1p00": 1.0,
+            }
+        )
+        rows.append(
+            {
+                "step": epoch * 5 + 4,
+                "epoch": epoch,
+                "train/acc_epoch": accuracy,
+                "train/vacuity_epoch": 0.5,
+                "train/dissonance_epoch": 0.2,
+                "train/incorrect_belief_epoch": 0.2,
+                "train/correct_belief_epoch": 0.4,
+                "train/theorem1_holds": 1.0,
+            }
+        )
+    return rows
+
+
+def _results(accuracy: float) -> dict:
+    return {
+        "tasks": 600,
+        "queries": 15000,
+        "accuracy": {"mean": accuracy, "ci95": 0.01},
+        **{
+            name: {"mean": 0.3, "ci95": 0.01}
+            for name in ("vacuity", "dissonance", "incorrect_belief", "correct_belief")
+        },
+        "vacuity_thresholds": [
+            {"threshold": 0.1, "accuracy": None, "coverage": 0.0},
+            {"threshold": 0.2, "accuracy": 0.99, "coverage": 0.3},
+        ],
+        "threshold_curve": {
+            "threshold": [0.1, 0.5, 1.0],
+            "accuracy": [None, 0.97, accuracy],
+            "coverage": [0.0, 0.6, 1.0],
+        },
+        "selective_accuracy": [
+            {"coverage": c, "accuracy": min(1.0, accuracy + (1 - c) / 10)} for c in (1.0, 0.7, 0.6, 0.5)
+        ],
+        "aurc": 0.02,
+        "ece": 0.05,
+        "ood": {
+            "rotation": [
+                {
+                    "level": angle,
+                    "name": f"rotation_{angle}",
+                    "accuracy": {"mean": accuracy - angle / 400, "ci95": 0.01},
+                    "vacuity": {"mean": 0.3 + angle / 1000, "ci95": 0.01},
+                    "auroc": 0.5 + angle / 500,
+                }
+                for angle in (0, 90, 180)
+            ]
+        },
+    }
+
+
+def make_run(root: Path, setting: str = "Units-ML", accuracy: float = 0.9, tested: bool = True) -> Path:
+    """A run folder as `units-lightning fit` (CSVLogger) and `test` leave it."""
+    folder = root / "lightning_logs" / "version_0"
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "checkpoints" / "last.ckpt").write_bytes(b"")
+    loss, sampler = SETTINGS[setting]
+    config = {
+        "model": {"loss": {"class_path": f"units_lightning.losses.{loss}"}},
+        "data": {
+            "class_path": "units_lightning.data.SyntheticGlyphsDataModule",
+            "init_args": {"n_way": 5, "k_shot": 1, "sampler": {"class_path": f"units_lightning.samplers.{sampler}"}},
+        },
+    }
+    (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    summary = {
+        "val_accuracy": accuracy,
+        "val_accuracy_ci95": 0.012,
+        "val_vacuity": 0.38,
+        "val_dissonance": 0.13,
+        "val_incorrect_belief": 0.1,
+        "val_correct_belief": 0.52,
+        "steps": 300,
+        "wall_time_s": 68.3,
+        "labels": {"query_sets": 1200, "query_images": 6000, "support_images": 6000},
+        "checkpoints": {"last": "checkpoints/last.ckpt"},
+    }
+    (folder / "summary.json").write_text(json.dumps(summary))
+    if tested:
+        (folder / "results.json").write_text(json.dumps(_results(accuracy - 0.01)))
+    rows = _rows(accuracy)
+    keys = list(dict.fromkeys(k for row in rows for k in row))
+    with (folder / "metrics.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, keys)
+        writer.writeheader()
+        writer.writerows(rows)
+    return folder
+
+
+def test_the_page_of_one_run_has_every_section(tmp_path):
+    folder = make_run(tmp_path / "runs" / "quickstart")
+    report = build_report(tmp_path / "runs" / "quickstart")  # the folder above the run, as the README passes it
+    assert report.html == folder / "report" / "report.html"
+    page = report.html.read_text()
+    for heading in ("At a glance", "Test results", "Training", "Belief trends", "Files", "Terms"):
+        assert re.search(rf"<h[234][^>]*>{re.escape(heading)}</h[234]>", page), heading
+    headline = page[page.index('id="headline"') : page.index('id="test"')]
+    for row in (
+        "Setting",
+        "Final validation accuracy (± 95% CI)",
+        "Test accuracy (± 95% CI)",
+        "Test accuracy at vacuity &lt; 0.2 (coverage)",
+        "Dissonance (conflicting belief), validation / test",
+        "Labels spent",
+        "Wall time of fit",
+    ):
+        assert f"<th>{row}</th>" in headline, row
+    assert "90.00% ± 1.20" in headline and "89.00% ± 1.00 (600 tasks)" in headline and "68.3 s" in headline
+    assert "1,200 query sets (6,000 images), 6,000 support images" in headline and "Units-ML" in headline
+    assert "Out of distribution: rotation" in page and "Most confident queries kept" in page
+    names = {path.name for path in report.images}
+    assert {"test_threshold_curve.png", "test_selective_accuracy.png", "test_ood_rotation.png"} <= names
+    assert page.count("data:image/png;base64,") == len(report.images) >= 10
+    assert "grid-template-columns:repeat(auto-fill,minmax(min(100%,460px),1fr))" in page  # responsive grid
+    assert '<meta name="viewport"' in page
+    assert "<dt>dissonance</dt><dd>conflicting belief" in page
+    assert "incorrect belief &gt;= dissonance / 2" in page and "not with correct belief" in page
+    assert "Tasks where Theorem 1 holds: incorrect belief &gt;= dissonance / 2" in page
+
+
+def test_three_runs_side_by_side(tmp_path):
+    runs = [
+        make_run(tmp_path / "runs" / name, setting, accuracy)
+        for name, setting, accuracy in (
+            ("maml", "MAML", 0.8),
+            ("nts", "Units-NTS", 0.85),
+            ("quickstart", "Units-ML", 0.9),
+        )
+    ]
+    report = build_report([tmp_path / "runs" / "maml", tmp_path / "runs" / "nts", runs[2]])
+    assert report.html == tmp_path / "runs" / "comparison" / "report.html"
+    page = report.html.read_text()
+    assert "Units-ML runs side by side: MAML vs Units-NTS vs Units-ML" in page
+    header = re.search(r"<thead><tr><th></th>(.*?)</tr></thead>", page).group(1)
+    assert header == "<th>MAML</th><th>Units-NTS</th><th>Units-ML</th>"
+    assert "80.00% ± 1.20" in page and "85.00% ± 1.20" in page and "90.00% ± 1.20" in page
+    assert any(path.name.startswith("compare_") for path in report.images)
+    assert page.count("<details><summary>") >= 3  # every run's own charts, folded
+
+
+def test_a_folder_with_several_trained_runs_is_listed_not_guessed(tmp_path, capsys):
+    make_run(tmp_path / "a")
+    make_run(tmp_path / "b", "MAML")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["report", str(tmp_path)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "holds 2 trained runs; name the one to draw, or several to compare" in err
+    assert str(tmp_path / "a" / "lightning_logs" / "version_0") in err and "(MAML, 300 steps" in err
+
+
+def test_the_trained_run_is_chosen_over_an_evaluation_only_folder(tmp_path):
+    trained = make_run(tmp_path / "runs")
+    evaluated = tmp_path / "runs" / "lightning_logs" / "version_1"
+    evaluated.mkdir(parents=True)
+    (evaluated / "results.json").write_text(json.dumps(_results(0.5)))
+    assert find_run_folders(tmp_path / "runs") == [trained, evaluated]
+    (run,) = runs_to_report([tmp_path / "runs"])
+    assert run.folder == trained
+
+
+def test_a_resumed_and_tested_wandb_run_is_read_as_one_history():
+    first = [{"step": s, "train/loss_step": 1.0} for s in range(12)]
+    resumed = [{"step": s, "train/loss_step": 0.5} for s in range(10, 15)]
+    tested = [{"step": 9, "test/acc": 0.9}]
+    merged = merge_parts([first, tested, resumed])
+    assert [row["step"] for row in merged] == [*range(10), *range(10, 15)]
+    assert all("test/acc" not in row for row in merged)
+    assert merged[-1]["train/loss_step"] == 0.5
+
+
+def test_the_setting_is_named_from_the_loss_and_the_sampler():
+    def config(loss, sampler):
+        sampler_spec = {"sampler": {"class_path": f"y.{sampler}"}}
+        return {"model": {"loss": {"class_path": f"x.{loss}"}}, "data": {"init_args": sampler_spec}}
+
+    assert setting_name(config("EvidentialLoss", "SingleTaskSelectionSampler")) == "Units-ST"
+    assert setting_name(config("EvidentialLoss", "NeighbourClassSampler")) == "EvidentialLoss + NeighbourClassSampler"
+
+
+def test_a_run_folder_without_a_log_still_has_its_headline(tmp_path):
+    folder = make_run(tmp_path)
+    (folder / "metrics.csv").unlink()
+    assert read_run_log(folder) is None
+    report = build_report(folder, tmp_path / "out")
+    page = report.html.read_text()
+    assert "No log found" in page and "90.00% ± 1.20" in page
