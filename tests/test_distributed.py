@@ -143,5 +143,7 @@ def test_the_meta_gradient_is_the_mean_of_the_ranks_gradients(ranks):
     mean = torch.cat([(local[0][i] + local[1][i]).flatten() / 2 for i in used])
     total = torch.cat([(local[0][i] + local[1][i]).flatten() for i in used])
     gradient = torch.tensor([x for i in used for x in applied[i]])
-    torch.testing.assert_close(gradient, mean, rtol=1e-4, atol=1e-7)
+    # float32 computed in two processes and in this one, with other thread counts: a few near-zero entries differ
+    # by rounding (2e-7 seen in CI); a sum instead of a mean would be off by the size of the gradient itself.
+    torch.testing.assert_close(gradient, mean, rtol=1e-4, atol=1e-5 * float(mean.abs().max()))
     assert not torch.allclose(gradient, total, rtol=1e-3), "a sum over ranks, not a mean"
