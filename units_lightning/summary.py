@@ -29,7 +29,13 @@ _SUMMARY_KEYS = {
 def fit_summary(trainer: pl.Trainer, model: Any, wall_time_s: float) -> dict[str, Any]:
     """Final validation metrics, labels spent, steps and wall time of a finished ``fit``; why it stopped when the
     label budget ended it, the steps skipped as non-finite, the ``CollapseMonitor`` warning if one was given, and
-    the checkpoints written (paths relative to the run folder)."""
+    the checkpoints written (paths relative to the run folder).
+
+    Args:
+        trainer: the trainer that ran ``fit``.
+        model: the ``UnitsMAML`` it trained (its ``ledger`` and ``n_way`` are read).
+        wall_time_s: seconds the fit took.
+    """
     metrics = trainer.callback_metrics
     summary: dict[str, Any] = {}
     for name, key in _SUMMARY_KEYS.items():
