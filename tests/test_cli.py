@@ -338,3 +338,9 @@ def test_test_predict_and_resume_find_the_runs_folder(tmp_path, capsys):
     assert "nothing to train:" in capsys.readouterr().out
     assert (folder / "summary.json").read_text() == summary
     assert len(find_offline_runs(tmp_path)) == 2  # nor did a resume with nothing to train
+
+
+def test_the_wandb_logger_writes_under_default_root_dir_when_built_without_a_subcommand(tmp_path):
+    # run=False is how benchmarks/fit.py and benchmarks/scaling.py build a trainer (`fit`: see --print_config above)
+    cli = cli_main(["--config", str(QUICKSTART), *FAST, f"--trainer.default_root_dir={tmp_path}"], run=False)
+    assert cli.trainer.logger.save_dir == str(tmp_path)  # not the working folder

@@ -136,7 +136,8 @@ def make_run(root: Path, setting: str = "Units-ML", accuracy: float = 0.9, teste
     }
     (folder / "summary.json").write_text(json.dumps(summary))
     if tested:
-        (folder / "results.json").write_text(json.dumps(_results(accuracy - 0.01)))
+        results = {**_results(accuracy - 0.01), "checkpoint": str(folder / "checkpoints" / "step200-acc0.9000.ckpt")}
+        (folder / "results.json").write_text(json.dumps(results))
     rows = _rows(accuracy)
     keys = list(dict.fromkeys(k for row in rows for k in row))
     with (folder / "metrics.csv").open("w", newline="") as handle:
@@ -157,14 +158,18 @@ def test_the_page_of_one_run_has_every_section(tmp_path):
     for row in (
         "Setting",
         "Final validation accuracy (± 95% CI)",
-        "Test accuracy (± 95% CI)",
+        "Test accuracy (± 95% CI; tasks, checkpoint)",
         "Test accuracy at vacuity &lt; 0.2 (coverage)",
         "Dissonance (conflicting belief), validation / test",
         "Labels spent",
-        "Wall time of fit",
+        "Wall time of the last fit command",
     ):
         assert f"<th>{row}</th>" in headline, row
-    assert "90.00% ± 1.20" in headline and "89.00% ± 1.00 (600 tasks)" in headline and "68.3 s" in headline
+    assert (
+        "90.00% ± 1.20" in headline
+        and "89.00% ± 1.00 (600 tasks, step200-acc0.9000.ckpt)" in headline
+        and "68.3 s" in headline
+    )
     assert "1,200 query sets (6,000 images), 6,000 support images" in headline and "Units-ML" in headline
     assert "Out of distribution: rotation" in page and "Most confident queries kept" in page
     names = {path.name for path in report.images}

@@ -289,7 +289,8 @@ class UnitsCLI(LightningCLI):
             )
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
-        if not subcommand:
+        if not subcommand:  # run=False (benchmarks/fit.py): the trainer is built, not run
+            self._settle_classes(self.config)
             return
         config = self.config[subcommand]
         if config.get("progress", "validation") == "validation":

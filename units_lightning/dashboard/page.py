@@ -54,7 +54,8 @@ nav a{margin-right:1em}code{font-size:.92em;background:#f4f4f4;padding:0 .25em;b
 .grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(100%,460px),1fr));gap:16px;align-items:start}
 figure{margin:0;border:1px solid #e4e4e4;border-radius:6px;padding:6px;background:#fff}
 figure img{width:100%;height:auto;display:block}figcaption{font-size:.88em;color:#444;margin-top:.3em}
-.scroll{overflow-x:auto}table{border-collapse:collapse;margin:.4em 0 1em;font-size:.95em}
+.tables{display:flex;flex-wrap:wrap;gap:0 2.5em;align-items:flex-start}.scroll{overflow-x:auto;max-width:100%}
+.scroll .note{max-width:38em}table{border-collapse:collapse;margin:.4em 0 .3em;font-size:.95em}
 th,td{border:1px solid #ddd;padding:.35em .7em;text-align:left;vertical-align:top}
 thead th{background:#f3f5f8}tbody th{font-weight:600;background:#fafafa}td.num{font-variant-numeric:tabular-nums}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:.3em 1em}dt{font-weight:600}dd{margin:0}
@@ -108,7 +109,7 @@ def _table(table: Table) -> str:
         body.append(f"<tr><th>{html.escape(name)}</th>{tds}</tr>")
     caption = f'<p class="note">{html.escape(table.caption)}</p>' if table.caption else ""
     table_html = f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-    return f'<div class="scroll">{table_html}</div>{caption}'
+    return f'<div class="scroll">{table_html}{caption}</div>'
 
 
 def _figure(figure: Figure) -> str:
@@ -124,7 +125,8 @@ def _section(section: Section, level: int = 2) -> str:
     parts = [f'<h{level} id="{html.escape(section.anchor)}">{html.escape(section.title)}</h{level}>']
     if section.text:
         parts.append(f"<p>{section.text}</p>")  # trusted: built by the report from escaped pieces
-    parts.extend(_table(table) for table in section.tables)
+    if section.tables:  # side by side where the window is wide enough, one under the other where not
+        parts.append('<div class="tables">' + "".join(_table(table) for table in section.tables) + "</div>")
     if section.figures:
         parts.append('<div class="grid">' + "".join(_figure(f) for f in section.figures) + "</div>")
     parts.extend(_section(sub, min(level + 1, 4)) for sub in section.subsections)

@@ -120,8 +120,10 @@ def _headline(runs: list[RunInfo]) -> Table:
         accuracy = (run.results or {}).get("accuracy") or {}
         tasks = (run.results or {}).get("tasks")
         text = _pct(accuracy.get("mean"), accuracy.get("ci95"))
-        test.append(f"{text} ({tasks} tasks)" if text != _NA and tasks else text)
-    row("Test accuracy (± 95% CI)", test)
+        checkpoint = Path(str((run.results or {}).get("checkpoint") or "")).name
+        details = ", ".join(part for part in (f"{tasks} tasks" if tasks else "", checkpoint) if part)
+        test.append(f"{text} ({details})" if text != _NA and details else text)
+    row("Test accuracy (± 95% CI; tasks, checkpoint)", test)
     for threshold in keys.REPORTED_VACUITY_THRESHOLDS:
         cells = []
         for run in runs:
@@ -152,7 +154,7 @@ def _headline(runs: list[RunInfo]) -> Table:
             cells.append(_NA)
     row("Labels spent", cells)
     row("Training steps", [str((run.summary or {}).get("steps", _NA)) for run in runs])
-    row("Wall time of fit", [_seconds((run.summary or {}).get("wall_time_s")) for run in runs])
+    row("Wall time of the last fit command", [_seconds((run.summary or {}).get("wall_time_s")) for run in runs])
     row(
         "AURC / ECE (test)",
         [
@@ -174,7 +176,7 @@ def _headline(runs: list[RunInfo]) -> Table:
 def _save(figure: Any, path: Path, images: list[Path]) -> Path:
     import matplotlib.pyplot as plt
 
-    figure.savefig(path)
+    figure.savefig(path, bbox_inches="tight")  # a legend below the axes is kept whole
     plt.close(figure)
     images.append(path)
     return path
@@ -312,7 +314,7 @@ def _compared_sections(
                 continue
             path = _save(figure, out / f"compare_{index:02d}_{_slug(key)}.png", images)
             section = sections.setdefault(chart.section, Section(chart.section, "compare_" + _slug(chart.section)))
-            section.figures.append(Figure(path, chart.title, f"{key}: {chart.about}".strip(": ")))
+            section.figures.append(Figure(path, chart.title, f"{key}, one line per run (from: {chart.title})."))
     return list(sections.values())
 
 
@@ -381,7 +383,7 @@ def build_report(
         rows = run.log.rows if run.log else []
         training = _chart_sections(charts, rows, out, "", images, skipped, run.log.source if run.log else "")
         sections.append(Section("Training", "training", subsections=training))
-        title = f"Units-ML run report: {run.label}"
+        title = f"Run report: {run.label}"
         subtitle = f"Run <code>{html.escape(str(run.folder))}</code>" + _read_from(run)
     else:
         compared = _compared_sections(runs, charts, out, images, skipped)
