@@ -187,35 +187,61 @@ class LabelLedger:
             ValueError: if ``chosen`` does not match the batch's query sets, or holds more query sets than this
                 rank's share of the budget (pass it through ``within_budget`` first).
         """
+        count = self.record(batch, chosen, count)
+        return self.open_chosen(batch.query_y._labels, chosen, count)
+
+    def record(self, batch: TaskBatch, chosen: Tensor, count: int | None = None) -> int | None:
+        """Count the labels of the chosen query sets without opening them (``reveal`` is ``record``, then
+        ``open_chosen``; a training step captured as a CUDA graph opens them inside the graph and records outside).
+
+        Arguments and errors as ``reveal``.
+
+        Returns:
+            the number of sets the step labels on this rank when it was declared (``count`` trimmed to this rank's
+            share of the budget), else None.
+        """
         if chosen.shape != batch.query_y.shape[:2] or chosen.dtype != torch.bool:
             raise ValueError(
                 f"chosen must be a bool mask of shape {tuple(batch.query_y.shape[:2])}, "
                 f"got {chosen.dtype} {tuple(chosen.shape)}"
             )
         share, declared = self.share, count
+        per_set = batch.query_y.shape[2:].numel()
         if count is not None:
             count = min(count, share) if share is not None else count
             self._miscounted = self._miscounted | (chosen.sum() != count)  # read by check_count, not here
-        elif share is not None and chosen.numel() > share and (wanted := int(chosen.sum())) > share:
-            raise ValueError(
-                f"chosen holds {wanted} query sets but only {share} are left of the label budget of {self.budget} "
-                f"on this process: trim the mask with LabelLedger.within_budget before revealing"
-            )
-        task_index, set_index = chosen_indices(chosen, count)
-        stored = batch.query_y._labels
-        labels = stored[task_index.to(stored.device), set_index.to(stored.device)]
-        per_set = labels[0].numel() if labels.ndim > 1 else 0
-        if count is None:
-            counts = torch.tensor([batch.support_y.numel(), labels.numel(), labels.shape[0]], device=labels.device)
-            support_images, query_images, query_sets = (int(c) for c in self.reduce(counts))
-        else:  # every rank labels min(count, its share): known everywhere without communication
+            # every rank labels min(count, its share): known everywhere without communication
             query_sets = sum(self._planned(declared, rank) for rank in range(self.world_size))
             support_images, query_images = batch.support_y.numel() * self.world_size, query_sets * per_set
+        else:
+            wanted = int(chosen.sum())
+            if share is not None and wanted > share:
+                raise ValueError(
+                    f"chosen holds {wanted} query sets but only {share} are left of the label budget of "
+                    f"{self.budget} on this process: trim the mask with LabelLedger.within_budget before revealing"
+                )
+            counts = torch.tensor([batch.support_y.numel(), wanted * per_set, wanted], device=chosen.device)
+            support_images, query_images, query_sets = (int(c) for c in self.reduce(counts))
         self.support_images += support_images
         self.query_images += query_images
         self.query_sets += query_sets
         self._unsettled += query_sets
-        return Revealed(labels, task_index, set_index)
+        return count
+
+    @staticmethod
+    def open_chosen(labels: Tensor, chosen: Tensor, count: int | None = None) -> Revealed:
+        """The labels of the chosen query sets, in row-major order, with their task and set index; counts nothing.
+
+        Only for a caller that counts the same choice with ``record`` (``reveal`` does both); reads nothing from the
+        device when ``count`` is given.
+
+        Args:
+            labels: (T, Q, M) the batch's sealed query labels.
+            chosen: (T, Q) bool mask; count: how many sets it holds (as ``record`` returned it), or None.
+        """
+        task_index, set_index = chosen_indices(chosen, count)
+        opened = labels[task_index.to(labels.device), set_index.to(labels.device)]
+        return Revealed(opened, task_index, set_index)
 
     def _planned(self, count: int, rank: int) -> int:
         """Sets that ``rank`` labels this step when every rank's sampler chose ``count``: trimmed to its share."""

@@ -5,11 +5,12 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from functools import partial
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 
 from units_lightning import keys
@@ -28,7 +29,8 @@ from units_lightning.callbacks._shared import logging_step
 from units_lightning.callbacks.non_finite import NonFiniteGuard
 from units_lightning.callbacks.results_writer import ResultsWriter
 from units_lightning.engines import EngineName, EnsembleEngine, InnerLRMode, build_engine
-from units_lightning.episode import TaskBatch
+from units_lightning.engines.cuda_graph import GraphedCalls
+from units_lightning.episode import SealedLabels, TaskBatch
 from units_lightning.evaluation.checkpoints import check_shapes
 from units_lightning.evaluation.ensemble import CheckpointEnsemble, load_engines
 from units_lightning.evaluation.probes import ShiftProbes
@@ -42,7 +44,51 @@ from units_lightning.samplers import TaskSampler
 from units_lightning.schedules import LinearAnneal, LinearWarmup, Schedule
 from units_lightning.sigterm import check_sigterm_at_logging_steps
 
-__all__ = ["UnitsMAML"]
+__all__ = ["MetaStep", "UnitsMAML", "training_values"]
+
+
+class MetaStep(NamedTuple):
+    """What the forward pass of a training step computed (``UnitsMAML._meta_step``), K of T x Q sets labeled."""
+
+    loss: Tensor
+    scores: Tensor
+    """(T, Q) task uncertainty of every candidate set (zeros when not scored)."""
+    chosen: Tensor
+    """(T, Q) bool: the labeled sets."""
+    labels: Tensor
+    """(K, M) their labels."""
+    queries: TaskBeliefs
+    """(K, M) vacuity, dissonance, incorrect and correct belief of every labeled query."""
+    correct: Tensor
+    """(K, M) bool."""
+    values: dict[str, Tensor]
+    """The step's logged means (``train/loss``, ``train/acc``, the beliefs, the selection's uncertainty)."""
+
+
+def training_values(
+    loss: Tensor,
+    logits: Tensor,
+    labels: Tensor,
+    queries: TaskBeliefs,
+    scores: Tensor,
+    chosen: Tensor,
+    scored: bool,
+    lam: float | Tensor,
+) -> dict[str, Tensor]:
+    """The means a training step logs, as 0-d tensors: loss, accuracy and beliefs of the labeled queries, and the
+    task uncertainty of the chosen and (when scored) of the rejected query sets."""
+    beliefs = TaskBeliefs(*(x.mean(dim=-1) for x in queries))
+    num_chosen, num_sets = labels.shape[0], chosen.numel()
+    values = {
+        keys.stage_key(keys.TRAIN, keys.LOSS): loss.detach(),
+        keys.stage_key(keys.TRAIN, keys.ACC): (logits.argmax(-1) == labels).float().mean(),
+        **{keys.stage_key(keys.TRAIN, k): v.mean() for k, v in zip(keys.BELIEFS, beliefs, strict=True)},
+        keys.selection_uncertainty("chosen"): task_uncertainty(beliefs.vacuity, beliefs.dissonance, lam).mean(),
+    }
+    if scored and num_chosen < num_sets:
+        rejected = torch.where(chosen, torch.zeros_like(scores), scores).sum() / (num_sets - num_chosen)
+        values[keys.selection_uncertainty("rejected")] = rejected
+    return values
 
 
 class UnitsMAML(pl.LightningModule):
@@ -169,6 +215,9 @@ class UnitsMAML(pl.LightningModule):
         self.ensemble_engine: EnsembleEngine | None = None  # not a submodule: members are not this model's state
         self.ensemble_ranking: list[Any] = []
         self.test_results: dict[str, Any] | None = None
+        self._step_graphs: GraphedCalls | bool | None = None  # the captured training steps; False once capture failed
+        self._step_scalars: Tensor | None = None  # lambda and eta, where the captured steps read them
+        self._step_value_names: dict[tuple, list[str]] = {}
 
     # --- wiring ---------------------------------------------------------------------------------------
 
@@ -214,37 +263,131 @@ class UnitsMAML(pl.LightningModule):
     # --- Algorithm 1 ----------------------------------------------------------------------------------
 
     def training_step(self, batch: TaskBatch, batch_idx: int) -> TrainStepOutput:
-        """One meta-update (Algorithm 1); returns what the dashboard callbacks read (``TrainStepOutput``)."""
+        """One meta-update (Algorithm 1); returns what the dashboard callbacks read (``TrainStepOutput``).
+
+        On a GPU (``capture`` "auto" or "cuda_graph", the batched engine, a sampler that declares ``chosen_count``)
+        the whole forward pass (inner loop, scoring, selection, query loss and the logged values) and its backward
+        pass replay as CUDA graphs; the last step of a label budget, which may label fewer sets, runs eagerly.
+        """
         lam, eta = self.lam(self.schedule_epoch), self.eta(self.schedule_epoch)
         self.inner_loss.set_eta(eta)
+        scored = self.sampler.needs_scores(self.global_step)
+        count = self.sampler.chosen_count(self.global_step)  # known: no device read to gather the chosen sets
+        step = self._captured_step(batch, lam, eta, scored, count) if self._captures_step(batch, count) else None
+        if step is None:
+            step = self._meta_step(batch, lam, eta, scored, count)
+        self._log_training(step.values, num_chosen=step.labels.shape[0])
+        return TrainStepOutput(
+            loss=step.loss,
+            scores=step.scores,
+            chosen=step.chosen,
+            scored=scored,
+            vacuity=step.queries.vacuity,
+            dissonance=step.queries.dissonance,
+            incorrect_belief=step.queries.incorrect,
+            correct=step.correct,
+            lam=lam,
+            eta=eta,
+        )
+
+    def _meta_step(
+        self,
+        batch: TaskBatch,
+        lam: float | Tensor,
+        eta: float | Tensor,
+        scored: bool,
+        count: int | None,
+        reveal: Any = None,
+    ) -> MetaStep:
+        """Algorithm 1's forward pass: adapt, score, select, reveal the chosen sets' labels, query loss.
+
+        ``reveal(chosen)`` opens the labels; by default the ledger's, which trims the choice to the label budget and
+        counts it (the captured step opens them with ``LabelLedger.open_chosen`` and counts outside the graph).
+        """
         adapted = self.engine.adapt(
             batch.support_x, batch.support_y, self.inner_loss, self.inner_steps, create_graph=not self.first_order
         )
-        scored = self.sampler.needs_scores(self.global_step)
         scores = (
             self.score_query_sets(adapted, batch.query_x, lam)
             if scored
             else batch.query_x.new_zeros(batch.query_x.shape[:2])
         )
         chosen = self.sampler.select(scores, self.global_step)
-        count = self.sampler.chosen_count(self.global_step)  # known: no device read to gather the chosen sets
-        chosen = self.ledger.within_budget(chosen, priority=scores, count=count)  # the last step labels what is left
-        labels, task_index, set_index = self.ledger.reveal(batch, chosen, count)
+        if reveal is None:
+            chosen = self.ledger.within_budget(chosen, priority=scores, count=count)  # the last step: what is left
+            reveal = partial(self.ledger.reveal, batch, count=count)
+        labels, task_index, set_index = reveal(chosen)
         logits = self.engine.predict(adapted, batch.query_x[task_index, set_index], task_index)
         loss = self.loss(logits, labels, eta)  # not applied if it or its gradients are not finite (non_finite)
-        queries = self._log_training(loss, logits.detach(), labels, scores, chosen, scored, lam)
-        return TrainStepOutput(
-            loss=loss,
-            scores=scores.detach(),
-            chosen=chosen,
-            scored=scored,
-            vacuity=queries.vacuity,
-            dissonance=queries.dissonance,
-            incorrect_belief=queries.incorrect,
-            correct=logits.detach().argmax(-1) == labels,
-            lam=lam,
-            eta=eta,
-        )
+        detached = logits.detach()
+        queries = query_beliefs(self.loss.evidence(detached), labels)
+        values = training_values(loss, detached, labels, queries, scores, chosen, scored, lam)
+        return MetaStep(loss, scores.detach(), chosen, labels, queries, detached.argmax(-1) == labels, values)
+
+    def _step_function(self, classes: Tensor, scored: bool, count: int | None) -> tuple[Any, list[str]]:
+        """``_meta_step`` as a function of tensors only (what ``_captured_step`` captures): (support_x, support_y,
+        query_x, query labels, [lambda, eta]) -> (loss, scores, chosen, labels, the four beliefs, correct, *values).
+        The list it returns receives the values' names when the function runs."""
+        names: list[str] = []
+
+        def forward(support_x: Tensor, support_y: Tensor, query_x: Tensor, query_y: Tensor, scalars: Tensor):
+            episode = TaskBatch(support_x, support_y, query_x, SealedLabels(query_y), classes)
+            reveal = partial(LabelLedger.open_chosen, query_y, count=count)
+            with self.engine.eager():
+                step = self._meta_step(episode, scalars[0], scalars[1], scored, count, reveal=reveal)
+            names[:] = list(step.values)
+            return (step.loss, step.scores, step.chosen, step.labels, *step.queries, step.correct, *step.values.values())
+
+        return forward, names
+
+    def _captures_step(self, batch: TaskBatch, count: int | None) -> bool:
+        """Whether this step replays as a CUDA graph: see ``training_step``."""
+        if not getattr(self.engine, "captures", False) or self._step_graphs is False or not batch.support_x.is_cuda:
+            return False
+        if count is None or not torch.is_grad_enabled():
+            return False
+        share = self.ledger.share
+        return share is None or count <= share  # a step that the budget trims runs eagerly
+
+    def _captured_step(
+        self, batch: TaskBatch, lam: float, eta: float, scored: bool, count: int
+    ) -> MetaStep | None:
+        """``_meta_step`` replayed from a CUDA graph (captured at its first call per shape and branch); None where it
+        cannot be (a graph of every kind is taken, or capturing failed: then this run steps eagerly, after a
+        warning)."""
+        labels = batch.query_y._labels  # opened inside the graph by LabelLedger.open_chosen, counted below
+        if labels.device != batch.support_x.device:
+            return None
+        if self._step_graphs is None:
+            self._step_graphs = GraphedCalls(self.engine, what="the training step")
+        x = batch.support_x
+        if self._step_scalars is None or (self._step_scalars.dtype, self._step_scalars.device) != (x.dtype, x.device):
+            self._step_scalars = x.new_zeros(2)  # in the images' precision: lambda and eta as eager uses them
+        self._step_scalars[0].fill_(lam)  # the graph reads lambda and eta from here (a fill: no copy, no wait)
+        self._step_scalars[1].fill_(eta)
+        warming = self.sampler.warming_up(self.global_step)
+        key = (batch.support_x.shape, batch.query_x.shape, labels.shape, batch.support_x.dtype, scored, warming, count)
+        key += (self.inner_steps, self.first_order, torch.is_autocast_enabled("cuda"))
+        forward, names = self._step_function(batch.classes, scored, count)
+        inputs = (batch.support_x, batch.support_y, batch.query_x, labels, self._step_scalars)
+        try:
+            outputs = self._step_graphs(key, forward, inputs)
+        except Exception as error:  # noqa: BLE001 - whatever keeps the step from capturing, it still runs eagerly
+            rank_zero_warn(
+                f"capturing the training step as a CUDA graph failed ({type(error).__name__}: {error}); this run steps "
+                "eagerly from now on (model.capture=none skips the attempt)"
+            )
+            self._step_graphs = False
+            return None
+        if outputs is None:
+            return None
+        if names:  # filled where the function ran: at the capture
+            self._step_value_names[key] = list(names)
+        self.ledger.record(batch, outputs[2], count)
+        loss, *rest = outputs
+        scores, chosen, labels, vac, dis, inc, cor, correct, *values = (x.detach().clone() for x in rest)  # outlive it
+        named = dict(zip(self._step_value_names[key], values, strict=True))
+        return MetaStep(loss, scores, chosen, labels, TaskBeliefs(vac, dis, inc, cor), correct, named)
 
     @torch.no_grad()
     def score_query_sets(self, adapted: Any, query_x: Tensor, lam: float) -> Tensor:
@@ -350,6 +493,10 @@ class UnitsMAML(pl.LightningModule):
             # Tensors made under inference mode cannot enter autograd: copy them out of it.
             support_x, support_y = support_x.clone(), support_y.clone()
             self.inner_loss.set_eta(self.eta(self.schedule_epoch))
+            evaluate = getattr(engine, "evaluate", None)  # the batched engine's: one CUDA graph per shape on a GPU
+            if evaluate is not None and len({q.shape for q in query_sets}) == 1:
+                query_x = torch.stack(list(query_sets), dim=1)
+                return list(evaluate(support_x, support_y, query_x, self.inner_loss, self.eval_inner_steps).unbind(1))
             adapted = engine.adapt(support_x, support_y, self.inner_loss, self.eval_inner_steps, create_graph=False)
             if len({q.shape for q in query_sets}) == 1:  # one pass (each set is still normalised on its own)
                 return list(engine.predict_sets(adapted, torch.stack(list(query_sets), dim=1)).detach().unbind(1))
@@ -393,23 +540,9 @@ class UnitsMAML(pl.LightningModule):
 
     # --- logging and checkpoints ----------------------------------------------------------------------
 
-    def _log_training(
-        self, loss: Tensor, logits: Tensor, labels: Tensor, scores: Tensor, chosen: Tensor, scored: bool, lam: float
-    ) -> TaskBeliefs:
-        """Add the step's means to the epoch's, log them at the logging steps; return the per-query beliefs of the
-        labeled query sets. Reads nothing from the device (the logging steps read what they log)."""
-        queries = query_beliefs(self.loss.evidence(logits), labels)
-        beliefs = TaskBeliefs(*(x.mean(dim=-1) for x in queries))
-        num_chosen, num_sets = labels.shape[0], chosen.numel()
-        values = {
-            keys.stage_key(keys.TRAIN, keys.LOSS): loss.detach(),
-            keys.stage_key(keys.TRAIN, keys.ACC): (logits.argmax(-1) == labels).float().mean(),
-            **{keys.stage_key(keys.TRAIN, k): v.mean() for k, v in zip(keys.BELIEFS, beliefs, strict=True)},
-            keys.selection_uncertainty("chosen"): task_uncertainty(beliefs.vacuity, beliefs.dissonance, lam).mean(),
-        }
-        if scored and num_chosen < num_sets:
-            rejected = torch.where(chosen, torch.zeros_like(scores), scores).sum() / (num_sets - num_chosen)
-            values[keys.selection_uncertainty("rejected")] = rejected
+    def _log_training(self, values: dict[str, Tensor], num_chosen: int) -> None:
+        """Add the step's values to the epoch's means; log them (and the labels spent) at the logging steps. Reads
+        nothing from the device (the logging steps read what they log)."""
         self.train_means.update(values, weight=num_chosen)
         if logging_step(self._trainer):
             self.ledger.check_count(self.sampler)
@@ -420,7 +553,6 @@ class UnitsMAML(pl.LightningModule):
                 keys.LABELS_SUPPORT_IMAGES: float(self.ledger.support_images),
             }
             self.log_dict(spent, on_step=True, on_epoch=False)
-        return queries
 
     def on_train_epoch_start(self) -> None:
         self.train_means.reset()

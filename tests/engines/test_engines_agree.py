@@ -134,7 +134,9 @@ def test_graphed_inner_loop_function_equals_eager_adapt():
     engine = make_engine("batched", "per_layer_per_step", True)
     support_x, support_y, query_x, query_y = episode()
     names, params = zip(*engine.named_parameters(), strict=True)
-    fast = GraphedInnerLoop(engine).functional(names, LOSS, STEPS, True)(support_x, support_y, *params)
+    graphed = GraphedInnerLoop(engine)
+    loop = lambda x, y: engine(x, y, LOSS, STEPS, True)  # noqa: E731 - what GraphedInnerLoop hands to GraphedCalls
+    fast = graphed.calls.functional(names, loop, 2)(support_x, support_y, *params)
     expected = engine.adapt(support_x, support_y, LOSS, STEPS, create_graph=True).fast
     assert len(fast) == len(expected)
     for got, want in zip(fast, expected.values(), strict=True):
@@ -153,12 +155,12 @@ def test_graphed_inner_loop_function_equals_eager_adapt():
 
 def test_copies_of_an_engine_do_not_share_its_graphs_or_compiled_scoring():
     engine = make_engine("batched", "fixed", False)
-    engine._graphed._graphs["captured"] = object()  # stands for a graph captured on the original's parameters
+    engine._graphed.calls._graphs["captured"] = object()  # stands for a graph captured on the original's parameters
     engine._compiled_scoring = lambda *args: None  # and for its compiled scoring function
     twin = copy.deepcopy(engine)
-    assert twin._graphed.engine is twin and twin._graphed._graphs == {}
+    assert twin._graphed.engine is twin and twin._graphed.calls.module is twin and twin._graphed.calls._graphs == {}
     assert twin._compiled_scoring is None and engine._compiled_scoring is not None
-    assert "captured" in engine._graphed._graphs
+    assert "captured" in engine._graphed.calls._graphs
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
