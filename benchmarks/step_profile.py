@@ -1,0 +1,82 @@
+"""Where a bare training step and an evaluation batch of a shipped config spend their time on a GPU.
+
+For each config: wall milliseconds per bare step (``training_step``, backward, the model's optimizer: no Lightning,
+no logging, no data loading; the sampler's warm-up set to 0, so that every step scores and selects), against the
+kernels it launches and their GPU time (``torch.profiler``); the same for one evaluation batch (adapt and predict
+its query sets); and the kernels that take the most GPU time. A step whose wall time is far above its GPU time is
+bound by the host; one whose wall time is its GPU time, by the kernels.
+
+    python benchmarks/step_profile.py --root <omniglot folder or zips> --configs budget_omniglot_5w1s omniglot_20w1s
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engines import step, sync  # noqa: E402
+
+from units_lightning.cli import cli_main  # noqa: E402
+
+
+def wall_ms(fn: Callable[[], object], warmup: int, repeats: int) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    torch.cuda.synchronize()
+    return 1000 * (time.perf_counter() - start) / repeats
+
+
+def kernels(fn: Callable[[], object], repeats: int, rows: int) -> str:
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(repeats):
+            fn()
+        torch.cuda.synchronize()
+    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    busy = sum(e.device_time for e in events) / 1000 / repeats
+    table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=rows, max_name_column_width=90)
+    return f"{len(events) / repeats:.0f} kernels, GPU busy {busy:.2f} ms\n{table if rows else ''}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--root", required=True, help="the data module's root (e.g. the Omniglot zips)")
+    parser.add_argument("--configs", nargs="+", default=["budget_omniglot_5w1s", "omniglot_20w1s"])
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--rows", type=int, default=12, help="costliest kernels to list (0: none)")
+    args = parser.parse_args(argv)
+    device = torch.device("cuda")
+    for name in args.configs:
+        cli = cli_main(
+            ["--config", f"configs/{name}.yaml", "--data.init_args.root", args.root, "--trainer.accelerator", "gpu",
+             "--trainer.devices", "1", "--data.init_args.sampler.init_args.warmup_steps", "0",
+             "--trainer.default_root_dir", "/tmp/step_profile", "--trainer.logger", "false"],
+            run=False,
+        )  # fmt: skip
+        model, data = cli.model.to(device), cli.datamodule
+        data.setup("fit")
+        batch = data.transfer_batch_to_device(next(iter(data.train_dataloader())), device, 0)
+        optimizer = model.configure_optimizers()
+        train = lambda: step(model, batch, optimizer)  # noqa: E731
+        print(f"== {name}: bare step {wall_ms(train, 10, args.repeats):.2f} ms wall")
+        print("   " + kernels(train, 10, args.rows))
+        val = data.transfer_batch_to_device(next(iter(data.val_dataloader())), device, 0)
+        model.eval()
+        evaluate = lambda: model.adapt_and_predict_sets(val.support_x, val.support_y, [val.query_x[:, 0]])  # noqa: E731
+        print(f"== {name}: evaluation batch of {val.num_tasks} tasks {wall_ms(evaluate, 3, 10):.2f} ms wall")
+        print("   " + kernels(evaluate, 5, args.rows))
+        sync(device)
+
+
+if __name__ == "__main__":
+    main()
