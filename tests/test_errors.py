@@ -1,7 +1,10 @@
 """Bad input: every case the README lists ("Bad input") ends in one paragraph that names the problem and the fix,
 without a traceback; ``--debug`` and ``UNITS_LIGHTNING_DEBUG=1`` bring the traceback back."""
 
+import os
 import re
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -210,6 +213,21 @@ def test_bad_input_is_one_paragraph_without_a_traceback(case, tmp_path, capsys, 
     assert "Traceback" not in err
     message = err[err.index("error: ") :].strip()
     assert "\n\n" not in message and "usage:" not in message, message  # one paragraph, no usage text
+
+
+@pytest.mark.parametrize("case", ["more ways than a split has classes", "a misspelt option"], ids=["data", "parser"])
+def test_the_console_script_prints_the_paragraph_alone(case, tmp_path):
+    """As a person runs it (a process of its own, with its warnings and loggers): the paragraph, no traceback."""
+    build, status, expected = CASES[case]
+    script = REPO / ".venv" / "bin" / "units-lightning"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "units_lightning"]
+    env = {k: v for k, v in os.environ.items() if k != errors.DEBUG_ENV}
+    done = subprocess.run(
+        [*command, *build(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == status, done.stderr[-2000:]
+    assert re.search(expected, done.stderr), done.stderr[-2000:]
+    assert "Traceback" not in done.stdout + done.stderr and "usage:" not in done.stderr, done.stderr[-2000:]
 
 
 def test_the_readme_lists_exactly_the_tested_bad_inputs():

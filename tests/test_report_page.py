@@ -172,6 +172,10 @@ def test_the_page_of_one_run_has_every_section(tmp_path):
     )
     assert "1,200 query sets (6,000 images), 6,000 support images" in headline and "Units-ML" in headline
     assert "Out of distribution: rotation" in page and "Most confident queries kept" in page
+    assert "<th>90 degrees</th>" in page  # a probe's level with its unit
+    assert "no query below 0.1 (keeps 0.00%)" in headline  # not an unexplained n/a
+    assert "Test: <code>units-lightning test</code>" in headline  # backquotes in a caption become code
+    assert "Charts read from the CSV log" in page
     names = {path.name for path in report.images}
     assert {"test_threshold_curve.png", "test_selective_accuracy.png", "test_ood_rotation.png"} <= names
     assert page.count("data:image/png;base64,") == len(report.images) >= 10
@@ -194,7 +198,7 @@ def test_three_runs_side_by_side(tmp_path):
     report = build_report([tmp_path / "runs" / "maml", tmp_path / "runs" / "nts", runs[2]])
     assert report.html == tmp_path / "runs" / "comparison" / "report.html"
     page = report.html.read_text()
-    assert "Units-ML runs side by side: MAML vs Units-NTS vs Units-ML" in page
+    assert "<h1>Runs side by side: MAML vs Units-NTS vs Units-ML</h1>" in page
     header = re.search(r"<thead><tr><th></th>(.*?)</tr></thead>", page).group(1)
     assert header == "<th>MAML</th><th>Units-NTS</th><th>Units-ML</th>"
     assert "80.00% ± 1.20" in page and "85.00% ± 1.20" in page and "90.00% ± 1.20" in page
@@ -249,3 +253,21 @@ def test_a_run_folder_without_a_log_still_has_its_headline(tmp_path):
     report = build_report(folder, tmp_path / "out")
     page = report.html.read_text()
     assert "No log found" in page and "90.00% ± 1.20" in page
+
+
+def test_a_resumed_fit_says_which_steps_its_seconds_trained(tmp_path):
+    from units_lightning.summary import format_summary
+
+    folder = make_run(tmp_path / "runs" / "quickstart")
+    summary = json.loads((folder / "summary.json").read_text())
+    summary.update(steps=400, start_step=300, wall_time_s=62.2)
+    (folder / "summary.json").write_text(json.dumps(summary))
+    page = build_report(folder).html.read_text()
+    assert "62.2 s (steps 300-400)" in page
+    printed = {
+        **summary,
+        "chance_accuracy": 0.2,
+        "labels": {"query_sets": 1600, "query_images": 8000, "support_images": 8000},
+    }
+    assert "  steps 400 (resumed at step 300: 100 steps in 62.2 s)" in format_summary(printed).splitlines()
+    assert "  steps 300 in 68.3 s" in format_summary({**printed, "steps": 300, "start_step": 0, "wall_time_s": 68.3})

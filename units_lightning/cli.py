@@ -301,6 +301,11 @@ class UnitsCLI(LightningCLI):
         # `--ckpt_path last` / `best` and the run a resumed `fit` (or a `test`) continues, settled before
         # LightningCLI reads the checkpoint's hyperparameters.
         self._restored_step = _resolve_ckpt_path(config, subcommand)
+        quiet = config.get("progress", "validation") == "validation"
+        if self._restored_step is not None and subcommand == "fit" and quiet:
+            # A resumed run writes on into its own checkpoint folder: Lightning's notice that the folder "exists and
+            # is not empty" says nothing here (undone with the other filters of `_quiet` when the command ends).
+            warnings.filterwarnings("ignore", message=r".*Checkpoint directory .* exists and is not empty.*")
 
     def _settle_classes(self, config: Namespace) -> None:
         """A class named by a later config file starts from its own defaults (jsonargparse would carry over the
@@ -342,6 +347,16 @@ class UnitsCLI(LightningCLI):
             self.save_config_kwargs = {**self.save_config_kwargs, "config_filename": config_file_name(self.subcommand)}
         if self.subcommand == "predict":
             config.trainer.logger = False  # predict logs nothing: no empty logger run; files go to the run folder
+
+    def after_instantiate_classes(self) -> None:
+        super().after_instantiate_classes()
+        # Lightning's WandbLogger passes `anonymous=None` to wandb.init, which wandb (0.2x on) answers with "The
+        # anonymous setting has no effect and will be removed" on every command: leave out an option that asks for
+        # nothing. One given in the config (`anonymous: true`) is passed on as it is.
+        for logger in self.trainer.loggers if self.trainer is not None else ():
+            init = getattr(logger, "_wandb_init", None) if isinstance(logger, WandbLogger) else None
+            if isinstance(init, dict) and "anonymous" in init and init["anonymous"] is None:
+                del init["anonymous"]
 
     @staticmethod
     def _wants_progress(config: Namespace) -> bool:
@@ -412,7 +427,9 @@ class UnitsCLI(LightningCLI):
             )
             self._discard_empty_run()  # the W&B part this command opened holds nothing
             return
-        summary = fit_summary(self.trainer, self.model, time.perf_counter() - self._fit_started)
+        summary = fit_summary(
+            self.trainer, self.model, time.perf_counter() - self._fit_started, self._restored_step or 0
+        )
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / SUMMARY
         path.write_text(json.dumps(summary, indent=2) + "\n")

@@ -336,7 +336,8 @@ class UnitsMAML(pl.LightningModule):
             with self.engine.eager():
                 step = self._meta_step(episode, scalars[0], scalars[1], scored, count, reveal=reveal)
             names[:] = list(step.values)
-            return (step.loss, step.scores, step.chosen, step.labels, *step.queries, step.correct, *step.values.values())
+            tensors = (step.loss, step.scores, step.chosen, step.labels, *step.queries, step.correct)
+            return (*tensors, *step.values.values())
 
         return forward, names
 

@@ -26,7 +26,7 @@ _SUMMARY_KEYS = {
 }
 
 
-def fit_summary(trainer: pl.Trainer, model: Any, wall_time_s: float) -> dict[str, Any]:
+def fit_summary(trainer: pl.Trainer, model: Any, wall_time_s: float, start_step: int = 0) -> dict[str, Any]:
     """Final validation metrics, labels spent, steps and wall time of a finished ``fit``; why it stopped when the
     label budget ended it, the steps skipped as non-finite, the ``CollapseMonitor`` warning if one was given, and
     the checkpoints written (paths relative to the run folder).
@@ -35,6 +35,7 @@ def fit_summary(trainer: pl.Trainer, model: Any, wall_time_s: float) -> dict[str
         trainer: the trainer that ran ``fit``.
         model: the ``UnitsMAML`` it trained (its ``ledger`` and ``n_way`` are read).
         wall_time_s: seconds the fit took.
+        start_step: the step a resumed fit started from (0 for a new run): ``wall_time_s`` covers the steps after it.
     """
     metrics = trainer.callback_metrics
     summary: dict[str, Any] = {}
@@ -45,6 +46,7 @@ def fit_summary(trainer: pl.Trainer, model: Any, wall_time_s: float) -> dict[str
         labels=model.ledger.state_dict(),
         steps=int(trainer.global_step),
         wall_time_s=round(wall_time_s, 2),
+        start_step=int(start_step),
         chance_accuracy=round(1.0 / model.n_way, 6),
     )
     ledger = model.ledger
@@ -97,6 +99,12 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"{labels['support_images']} support images",
         f"  steps {summary['steps']} in {summary['wall_time_s']:.1f} s",
     ]
+    start = summary.get("start_step") or 0
+    if start:  # a resumed run: the seconds are this command's, for the steps after the checkpoint
+        lines[-1] = (
+            f"  steps {summary['steps']} (resumed at step {start}: {summary['steps'] - start} steps in "
+            f"{summary['wall_time_s']:.1f} s)"
+        )
     if summary.get("stopped"):
         lines.append(f"  stopped: {summary['stopped']}")
     if summary.get("skipped_steps"):

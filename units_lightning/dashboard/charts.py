@@ -219,7 +219,8 @@ def charts(thresholds: Iterable[float] = keys.CURVE_VACUITY_THRESHOLDS) -> tuple
             kind="threshold_curve",
             y_label="accuracy of queries with vacuity < t",
             y_range=(0.0, 1.0),
-            about="Accuracy of the queries the model is sure of (vacuity below t); later validations are darker.",
+            about="Accuracy of the queries the model is sure of (vacuity below t); dark purple: the first validation, "
+            "thick yellow: the latest.",
         ),
         Chart(
             "Uncertainty curves",
@@ -228,7 +229,8 @@ def charts(thresholds: Iterable[float] = keys.CURVE_VACUITY_THRESHOLDS) -> tuple
             kind="threshold_curve",
             y_label="fraction of queries with vacuity < t",
             y_range=(0.0, 1.0),
-            about="The fraction of queries kept at each threshold.",
+            about="The fraction of queries kept at each threshold (vacuity below t); one line per validation, "
+            "coloured as in the accuracy chart.",
         ),
     )
 

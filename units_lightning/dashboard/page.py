@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,6 +101,11 @@ class Section:
     folded: bool = False
 
 
+def _inline_code(text: str) -> str:
+    """``text`` escaped for HTML, with its `backquoted` parts as ``<code>``."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+
+
 def _table(table: Table) -> str:
     head = "".join(f"<th>{html.escape(cell)}</th>" for cell in table.header)
     body = []
@@ -107,7 +113,7 @@ def _table(table: Table) -> str:
         name, *cells = row
         tds = "".join(f'<td class="num">{html.escape(cell)}</td>' for cell in cells)
         body.append(f"<tr><th>{html.escape(name)}</th>{tds}</tr>")
-    caption = f'<p class="note">{html.escape(table.caption)}</p>' if table.caption else ""
+    caption = f'<p class="note">{_inline_code(table.caption)}</p>' if table.caption else ""
     table_html = f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
     return f'<div class="scroll">{table_html}{caption}</div>'
 

@@ -294,7 +294,7 @@ def shift_probes(kind: str, runs: Sequence[tuple[str, Mapping[str, Any]]]) -> An
                 axes.set_xticks(xs, [str(r["level"]) for r in rows], fontsize=_FONT)
     for axes, name in ((accuracy_axes, "accuracy"), (vacuity_axes, "mean vacuity")):
         axes.set_title(f"{kind}: {name}", fontsize=10)
-        axes.set_xlabel(kind, fontsize=_FONT)
+        axes.set_xlabel({"rotation": "rotation (degrees)", "scale": "scale (factor)"}.get(kind, kind), fontsize=_FONT)
         axes.grid(alpha=0.3)
     accuracy_axes.set_ylim(0, 1.02)
     _legend(vacuity_axes, len(runs))

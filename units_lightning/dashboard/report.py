@@ -30,6 +30,7 @@ from units_lightning.runs import REPORT
 __all__ = ["Report", "build_report", "main"]
 
 _NA = "n/a"
+_SOURCES = {"wandb": "W&B offline run", "csv": "CSV", "tensorboard": "TensorBoard"}  # RunLog.source, in words
 
 
 @dataclass
@@ -66,6 +67,12 @@ def _num(value: Any, digits: int = 4) -> str:
 
 def _seconds(value: Any) -> str:
     return f"{value:.1f} s" if isinstance(value, int | float) else _NA
+
+
+def _wall_time(summary: dict[str, Any]) -> str:
+    """``296.3 s``; for a resumed fit, which steps those seconds trained (``62.2 s (steps 300-400)``)."""
+    text, start = _seconds(summary.get("wall_time_s")), summary.get("start_step") or 0
+    return f"{text} (steps {start}-{summary['steps']})" if start and text != _NA and "steps" in summary else text
 
 
 def _last(run: RunInfo, key: str) -> Any:
@@ -128,7 +135,10 @@ def _headline(runs: list[RunInfo]) -> Table:
         cells = []
         for run in runs:
             found = [r for r in (run.results or {}).get("vacuity_thresholds", []) if r["threshold"] == threshold]
-            cells.append(f"{_pct(found[0]['accuracy'])} (keeps {_pct(found[0]['coverage'])})" if found else _NA)
+            if found and found[0]["coverage"] == 0:
+                cells.append(f"no query below {threshold:g} (keeps 0.00%)")
+            else:
+                cells.append(f"{_pct(found[0]['accuracy'])} (keeps {_pct(found[0]['coverage'])})" if found else _NA)
         row(f"Test accuracy at vacuity < {threshold:g} (coverage)", cells)
     words = {
         "vacuity": "Vacuity (lack of evidence)",
@@ -154,7 +164,7 @@ def _headline(runs: list[RunInfo]) -> Table:
             cells.append(_NA)
     row("Labels spent", cells)
     row("Training steps", [str((run.summary or {}).get("steps", _NA)) for run in runs])
-    row("Wall time of the last fit command", [_seconds((run.summary or {}).get("wall_time_s")) for run in runs])
+    row("Wall time of the last fit command", [_wall_time(run.summary or {}) for run in runs])
     row(
         "AURC / ECE (test)",
         [
@@ -171,6 +181,17 @@ def _headline(runs: list[RunInfo]) -> Table:
         "Validation: the last validation of training (summary.json). Test: `units-lightning test` (results.json), "
         "on its own fixed, seeded test tasks. n/a: not measured for this run.",
     )
+
+
+def _level(kind: str, level: str) -> str:
+    """A probe's level as a reader writes it: ``30 degrees`` for a rotation, ``0.5x`` for a scale (``results.json``
+    stores ``30.0`` and ``0.5``); other levels (a dataset's name) as they are."""
+    try:
+        number = float(level)
+    except ValueError:
+        return level
+    unit = {"rotation": " degrees", "scale": "x"}.get(kind, "")
+    return f"{number:g}{unit}"
 
 
 def _save(figure: Any, path: Path, images: list[Path]) -> Path:
@@ -234,7 +255,7 @@ def _test_section(runs: list[RunInfo], out: Path, images: list[Path]) -> Section
                     f"AUROC {_num(r.get('auroc'), 2)}",
                 ]
                 cells.append(", ".join(parts))
-            rows.append([level, *cells])
+            rows.append([_level(kind, level), *cells])
         section.tables.append(
             Table(
                 [f"Out of distribution: {kind}", *(label for label, _ in tested)],
@@ -331,7 +352,8 @@ def _files(runs: list[RunInfo]) -> Section:
         log = run.log
         where = _NA
         if log is not None:
-            where = f"{log.source}: {log.path}" + (f" ({len(log.parts)} parts)" if len(log.parts) > 1 else "")
+            parts = f" (the newest of {len(log.parts)} parts)" if len(log.parts) > 1 else ""
+            where = f"{_SOURCES.get(log.source, log.source)}: {log.path}{parts}"
         rows.append([run.label, str(run.folder), ", ".join(files) or _NA, where])
     return Section("Files", "files", tables=[Table(["Run", "Folder", "Files", "Log read"], rows)])
 
@@ -394,7 +416,7 @@ def build_report(
             sections.append(
                 Section(f"{run.label}: every chart", f"run{number}", _read_from(run), subsections=own, folded=True)
             )
-        title = "Units-ML runs side by side: " + " vs ".join(run.label for run in runs)
+        title = "Runs side by side: " + " vs ".join(run.label for run in runs)
         subtitle = ", ".join(f"{html.escape(run.label)}: <code>{html.escape(str(run.folder))}</code>" for run in runs)
     sections.append(_files(runs))
     page = out / "report.html"
@@ -405,9 +427,10 @@ def build_report(
 def _read_from(run: RunInfo) -> str:
     if run.log is None:
         return ". No log found: the charts need a logger (W&B, CSV or TensorBoard)."
-    parts = f", {len(run.log.parts)} parts" if len(run.log.parts) > 1 else ""
+    parts = f" from {len(run.log.parts)} parts, the newest named" if len(run.log.parts) > 1 else ""
+    source = _SOURCES.get(run.log.source, run.log.source)
     return (
-        f". Charts read from the {html.escape(run.log.source)} log <code>{html.escape(str(run.log.path))}</code> "
+        f". Charts read from the {html.escape(source)} log <code>{html.escape(str(run.log.path))}</code> "
         f"({len(run.log.rows)} rows{parts})."
     )
 
