@@ -35,9 +35,9 @@ def _figure(width: float = 6.4, height: float = 4.2) -> tuple[Any, Any]:
 
 
 def _colours(count: int) -> list[Any]:
-    import matplotlib.pyplot as plt
+    from matplotlib import colormaps  # no pyplot: callers may ask before _figure has chosen the Agg backend
 
-    palette = plt.get_cmap("tab10")
+    palette = colormaps["tab10"]
     return [palette(i % 10) for i in range(count)]
 
 
@@ -91,10 +91,22 @@ def draw(chart: Chart, rows: Sequence[dict[str, Any]]) -> Any | None:
 
 
 def _lines(chart: Chart, rows: Sequence[dict[str, Any]], series: list[str]) -> Any | None:
+    lines = [
+        # markersize: series that coincide (train and val at 1.0) stay visible
+        (_points(rows, chart.x, key), {"markersize": 6 - index % 3, "label": series_label(key)})
+        for index, key in enumerate(series)
+    ]
+    return _line_chart(chart, chart.title, lines)
+
+
+def _line_chart(chart: Chart, title: str, lines: Sequence[tuple[list, dict[str, Any]]]) -> Any | None:
+    """One line per ``(points, style)`` that has points, against the chart's x axis; None where none has any.
+
+    The i-th line gets the i-th marker (when it has at most 30 points) and line style, counting empty ones too.
+    """
     figure, axes = _figure()
     drawn = 0
-    for index, key in enumerate(series):
-        points = _points(rows, chart.x, key)
+    for index, (points, style) in enumerate(lines):
         if not points:
             continue
         xs, ys = zip(*points, strict=True)
@@ -102,9 +114,8 @@ def _lines(chart: Chart, rows: Sequence[dict[str, Any]], series: list[str]) -> A
             xs,
             ys,
             marker=_MARKERS[index % 5] if len(points) <= 30 else None,
-            markersize=6 - index % 3,  # series that coincide (train and val at 1.0) stay visible
             linestyle=_LINE_STYLES[index % len(_LINE_STYLES)],
-            label=series_label(key),
+            **style,
         )
         drawn += 1
     if not drawn:
@@ -113,7 +124,7 @@ def _lines(chart: Chart, rows: Sequence[dict[str, Any]], series: list[str]) -> A
     from matplotlib.ticker import MaxNLocator
 
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps, epochs and label counts are whole numbers
-    _finish(axes, chart.title, _X_LABEL.get(chart.x, chart.x), chart.y_label, chart.y_range, drawn)
+    _finish(axes, title, _X_LABEL.get(chart.x, chart.x), chart.y_label, chart.y_range, drawn)
     return figure
 
 
@@ -125,32 +136,11 @@ def draw_compared(chart: Chart, key: str, runs: Sequence[tuple[str, Sequence[dic
         key: the logged key drawn.
         runs: ``(label, rows)`` of each run.
     """
-    figure, axes = _figure()
-    drawn = 0
-    for index, ((label, rows), colour) in enumerate(zip(runs, _colours(len(runs)), strict=True)):
-        points = _points(rows, chart.x, key)
-        if not points:
-            continue
-        xs, ys = zip(*points, strict=True)
-        axes.plot(
-            xs,
-            ys,
-            color=colour,
-            marker=_MARKERS[index % 5] if len(points) <= 30 else None,
-            markersize=5,
-            linestyle=_LINE_STYLES[index % len(_LINE_STYLES)],
-            label=label,
-        )
-        drawn += 1
-    if not drawn:
-        _close(figure)
-        return None
-    from matplotlib.ticker import MaxNLocator
-
-    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    title = f"{series_label(key)[:1].upper()}{series_label(key)[1:]}"
-    _finish(axes, title, _X_LABEL.get(chart.x, chart.x), chart.y_label, chart.y_range, drawn)
-    return figure
+    lines = [
+        (_points(rows, chart.x, key), {"color": colour, "markersize": 5, "label": label})
+        for (label, rows), colour in zip(runs, _colours(len(runs)), strict=True)
+    ]
+    return _line_chart(chart, f"{series_label(key)[:1].upper()}{series_label(key)[1:]}", lines)
 
 
 def _threshold_curve(chart: Chart, rows: Sequence[dict[str, Any]], series: list[str]) -> Any | None:
