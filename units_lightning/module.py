@@ -67,8 +67,7 @@ class MetaStep(NamedTuple):
 
 def training_values(
     loss: Tensor,
-    logits: Tensor,
-    labels: Tensor,
+    correct: Tensor,
     queries: TaskBeliefs,
     scores: Tensor,
     chosen: Tensor,
@@ -76,12 +75,12 @@ def training_values(
     lam: float | Tensor,
 ) -> dict[str, Tensor]:
     """The means a training step logs, as 0-d tensors: loss, accuracy and beliefs of the labeled queries, and the
-    task uncertainty of the chosen and (when scored) of the rejected query sets."""
+    task uncertainty of the chosen and (when scored) of the rejected query sets; ``correct``: (K, M) bool."""
     beliefs = TaskBeliefs(*(x.mean(dim=-1) for x in queries))
-    num_chosen, num_sets = labels.shape[0], chosen.numel()
+    num_chosen, num_sets = correct.shape[0], chosen.numel()
     values = {
         keys.stage_key(keys.TRAIN, keys.LOSS): loss.detach(),
-        keys.stage_key(keys.TRAIN, keys.ACC): (logits.argmax(-1) == labels).float().mean(),
+        keys.stage_key(keys.TRAIN, keys.ACC): correct.float().mean(),
         **{keys.stage_key(keys.TRAIN, k): v.mean() for k, v in zip(keys.BELIEFS, beliefs, strict=True)},
         keys.selection_uncertainty("chosen"): task_uncertainty(beliefs.vacuity, beliefs.dissonance, lam).mean(),
     }
@@ -321,8 +320,9 @@ class UnitsMAML(pl.LightningModule):
         loss = self.loss(logits, labels, eta)  # not applied if it or its gradients are not finite (non_finite)
         detached = logits.detach()
         queries = query_beliefs(self.loss.evidence(detached), labels)
-        values = training_values(loss, detached, labels, queries, scores, chosen, scored, lam)
-        return MetaStep(loss, scores.detach(), chosen, labels, queries, detached.argmax(-1) == labels, values)
+        correct = detached.argmax(-1) == labels
+        values = training_values(loss, correct, queries, scores, chosen, scored, lam)
+        return MetaStep(loss, scores.detach(), chosen, labels, queries, correct, values)
 
     def _step_function(self, classes: Tensor, scored: bool, count: int | None) -> tuple[Any, list[str]]:
         """``_meta_step`` as a function of tensors only (what ``_captured_step`` captures): (support_x, support_y,
@@ -350,14 +350,12 @@ class UnitsMAML(pl.LightningModule):
         share = self.ledger.share
         return share is None or count <= share  # a step that the budget trims runs eagerly
 
-    def _captured_step(
-        self, batch: TaskBatch, lam: float, eta: float, scored: bool, count: int
-    ) -> MetaStep | None:
+    def _captured_step(self, batch: TaskBatch, lam: float, eta: float, scored: bool, count: int) -> MetaStep | None:
         """``_meta_step`` replayed from a CUDA graph (captured at its first call per shape and branch); None where it
         cannot be (a graph of every kind is taken, or capturing failed: then this run steps eagerly, after a
         warning)."""
-        labels = batch.query_y._labels  # opened inside the graph by LabelLedger.open_chosen, counted below
-        if labels.device != batch.support_x.device:
+        sealed = batch.query_y._labels  # opened inside the graph by LabelLedger.open_chosen, counted below
+        if sealed.device != batch.support_x.device:
             return None
         if self._step_graphs is None:
             self._step_graphs = GraphedCalls(self.engine, what="the training step")
@@ -367,10 +365,10 @@ class UnitsMAML(pl.LightningModule):
         self._step_scalars[0].fill_(lam)  # the graph reads lambda and eta from here (a fill: no copy, no wait)
         self._step_scalars[1].fill_(eta)
         warming = self.sampler.warming_up(self.global_step)
-        key = (batch.support_x.shape, batch.query_x.shape, labels.shape, batch.support_x.dtype, scored, warming, count)
+        key = (batch.support_x.shape, batch.query_x.shape, sealed.shape, batch.support_x.dtype, scored, warming, count)
         key += (self.inner_steps, self.first_order, torch.is_autocast_enabled("cuda"))
         forward, names = self._step_function(batch.classes, scored, count)
-        inputs = (batch.support_x, batch.support_y, batch.query_x, labels, self._step_scalars)
+        inputs = (batch.support_x, batch.support_y, batch.query_x, sealed, self._step_scalars)
         try:
             outputs = self._step_graphs(key, forward, inputs)
         except Exception as error:  # noqa: BLE001 - whatever keeps the step from capturing, it still runs eagerly
