@@ -15,6 +15,7 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -67,12 +68,12 @@ def main(argv: list[str] | None = None) -> None:
         data.setup("fit")
         batch = data.transfer_batch_to_device(next(iter(data.train_dataloader())), device, 0)
         optimizer = model.configure_optimizers()
-        train = lambda: step(model, batch, optimizer)  # noqa: E731
+        train = partial(step, model, batch, optimizer)
         print(f"== {name}: bare step {wall_ms(train, 10, args.repeats):.2f} ms wall")
         print("   " + kernels(train, 10, args.rows))
         val = data.transfer_batch_to_device(next(iter(data.val_dataloader())), device, 0)
         model.eval()
-        evaluate = lambda: model.adapt_and_predict_sets(val.support_x, val.support_y, [val.query_x[:, 0]])  # noqa: E731
+        evaluate = partial(model.adapt_and_predict_sets, val.support_x, val.support_y, [val.query_x[:, 0]])
         print(f"== {name}: evaluation batch of {val.num_tasks} tasks {wall_ms(evaluate, 3, 10):.2f} ms wall")
         print("   " + kernels(evaluate, 5, args.rows))
         sync(device)
