@@ -18,17 +18,27 @@ from units_lightning.samplers import MultiQuerySampler
 SCRIPT = textwrap.dedent("""
     import hashlib, json, sys
     import lightning.pytorch as pl
+    import torch.distributed
     from lightning.pytorch.callbacks import Callback
     sys.path.insert(0, {tests!r})
     from tiny_setup import tiny_data, tiny_model
     from units_lightning.samplers import MultiQuerySampler
+
+    barriers = [0]  # calls of torch.distributed.barrier: under NCCL each blocks the host until the GPU is idle
+    wait_at_barrier = torch.distributed.barrier
+    def counted_barrier(*args, **kwargs):
+        barriers[0] += 1
+        return wait_at_barrier(*args, **kwargs)
+    torch.distributed.barrier = counted_barrier
 
     def digest(model):
         return hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
 
     class Record(Callback):
         def __init__(self):
-            self.steps, self.first_gradient = [], None
+            self.steps, self.first_gradient, self.barriers_before = [], None, 0
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            self.barriers_before = barriers[0]
         def on_before_optimizer_step(self, trainer, pl_module, optimizer):  # after DDP's all-reduce
             if trainer.global_step == 0:
                 self.first_gradient = [None if p.grad is None else p.grad.flatten().tolist()
@@ -36,7 +46,7 @@ SCRIPT = textwrap.dedent("""
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):  # after the optimizer step
             self.steps.append({{"step": batch.step, "classes": batch.classes.tolist(),
                                "labeled": int(outputs["chosen"].sum()), "support_images": batch.support_y.numel(),
-                               "parameters": digest(pl_module)}})
+                               "parameters": digest(pl_module), "barriers": barriers[0] - self.barriers_before}})
 
     def run():
         pl.seed_everything(0, verbose=False)
@@ -76,6 +86,13 @@ def test_ranks_hold_identical_parameters_after_every_step(ranks):
         assert step_0["parameters"] == step_1["parameters"], f"the ranks' weights differ after step {step_0['step']}"
     digests = [step["parameters"] for step in rank_0["steps"]]
     assert rank_0["initial"] not in digests and len(set(digests)) == 3, "every step must change the weights"
+
+
+def test_no_training_step_waits_at_a_barrier(ranks):
+    """A barrier under NCCL blocks the host until the GPU is idle: once per step, it serialised the host's work with
+    the GPU's (the non-finite check used Lightning's ``strategy.reduce``, which waits at one before reducing)."""
+    for rank in (0, 1):
+        assert [step["barriers"] for step in ranks[rank]["first"]["steps"]] == [0, 0, 0], rank
 
 
 def _streams() -> tuple:
