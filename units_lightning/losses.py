@@ -19,7 +19,13 @@ __all__ = ["CrossEntropyLoss", "EvidentialLoss", "MetaLoss", "ScheduledInnerLoss
 
 
 class MetaLoss:
-    """Interface of a per-task loss. Subclasses implement ``evidence`` and ``__call__``."""
+    """Interface of a per-task loss. Subclasses implement ``evidence`` and ``__call__``.
+
+    Attributes:
+        uses_eta: False when ``__call__`` ignores ``eta`` (the dashboards then leave its schedule out).
+    """
+
+    uses_eta: bool = True
 
     def evidence(self, logits: Tensor) -> Tensor:
         """Non-negative evidence (..., N) for the belief maths."""
@@ -92,6 +98,8 @@ class CrossEntropyLoss(MetaLoss):
     Beliefs for logging come from ``exp(logits)`` as evidence (clamped at 60 to stay finite), the
     Dirichlet whose expected probability is the softmax up to the +1 prior.
     """
+
+    uses_eta = False
 
     def evidence(self, logits: Tensor) -> Tensor:
         return torch.exp(logits.clamp(max=60.0))

@@ -14,7 +14,8 @@ from units_lightning.callbacks import (
     dashboard_callbacks,
 )
 from units_lightning.dashboard import CHARTS, build_report, read_log
-from units_lightning.samplers import MultiQuerySampler
+from units_lightning.losses import CrossEntropyLoss, EvidentialLoss
+from units_lightning.samplers import MultiQuerySampler, RandomSampler
 
 QUERY_SETS = 3
 
@@ -86,3 +87,19 @@ def test_callbacks_reject_outputs_of_another_module():
     with pytest.raises(ValueError, match="quantiles"):
         SelectionMonitor(quantiles=(0.5, 1.0))
     assert type(UncertaintyCurves().thresholds) is tuple
+
+
+@pytest.mark.parametrize(
+    ("method", "logged"),
+    [("maml", set()), ("units-nts", {"schedule/eta"}), ("units-ml", {"schedule/lambda", "schedule/eta"})],
+)
+def test_a_schedule_the_method_does_not_use_is_not_logged(tmp_path, method, logged):
+    """lambda weighs the scores of a selecting sampler, eta the regulariser of the evidential loss: MAML uses
+    neither, Units-NTS only eta. A comparison page would otherwise draw their unused schedules as if they mattered."""
+    sampler = RandomSampler(tasks=2) if method in ("maml", "units-nts") else MultiQuerySampler(tasks=2, query_sets=2)
+    loss = CrossEntropyLoss() if method == "maml" else EvidentialLoss()
+    trainer = tiny_trainer(
+        tmp_path, max_steps=2, logger=CSVLogger(tmp_path, name="run"), log_every_n_steps=1, callbacks=[ScheduleMonitor()]
+    )
+    trainer.fit(tiny_model(sampler=sampler, loss=loss), tiny_data(sampler))
+    assert {key for key in read_log(tmp_path).keys if key.startswith("schedule/")} == logged

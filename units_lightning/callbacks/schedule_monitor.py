@@ -19,7 +19,9 @@ class ScheduleMonitor(Callback):
     ones the step used, read from the step outputs of ``UnitsMAML``.
 
     Works with any logger (the values go through ``LightningModule.log``); only at the logging steps
-    (``log_every_n_steps``), so that the steps between cost nothing.
+    (``log_every_n_steps``), so that the steps between cost nothing. A schedule the run does not use is left out:
+    lambda under a sampler that ignores scores (``uses_scores``: MAML, Units-NTS), eta under a loss that ignores it
+    (``uses_eta``: cross-entropy), so that a dashboard comparing methods draws no flat line for them.
     """
 
     def on_train_batch_end(
@@ -28,8 +30,10 @@ class ScheduleMonitor(Callback):
         values = step_values(outputs, ("lam", "eta"), type(self).__name__)
         if not logging_step(trainer):
             return
-        pl_module.log_dict(
-            {keys.SCHEDULE_LAMBDA: float(values["lam"]), keys.SCHEDULE_ETA: float(values["eta"])},
-            on_step=True,
-            on_epoch=False,
-        )
+        logged = {}
+        if getattr(getattr(pl_module, "sampler", None), "uses_scores", True):
+            logged[keys.SCHEDULE_LAMBDA] = float(values["lam"])
+        if getattr(getattr(pl_module, "loss", None), "uses_eta", True):
+            logged[keys.SCHEDULE_ETA] = float(values["eta"])
+        if logged:
+            pl_module.log_dict(logged, on_step=True, on_epoch=False)
