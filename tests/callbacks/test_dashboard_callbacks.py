@@ -99,7 +99,11 @@ def test_a_schedule_the_method_does_not_use_is_not_logged(tmp_path, method, logg
     sampler = RandomSampler(tasks=2) if method in ("maml", "units-nts") else MultiQuerySampler(tasks=2, query_sets=2)
     loss = CrossEntropyLoss() if method == "maml" else EvidentialLoss()
     trainer = tiny_trainer(
-        tmp_path, max_steps=2, logger=CSVLogger(tmp_path, name="run"), log_every_n_steps=1, callbacks=[ScheduleMonitor()]
+        tmp_path,
+        max_steps=2,
+        logger=CSVLogger(tmp_path, name="run"),
+        log_every_n_steps=1,
+        callbacks=[ScheduleMonitor()],
     )
     trainer.fit(tiny_model(sampler=sampler, loss=loss), tiny_data(sampler))
     assert {key for key in read_log(tmp_path).keys if key.startswith("schedule/")} == logged
