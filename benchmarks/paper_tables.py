@@ -674,8 +674,11 @@ def _git(*args: str) -> str | None:
 
 @cache
 def commit() -> str | None:
-    """The checked-out commit, ``+dirty`` when tracked files differ from it; None outside a git checkout."""
-    head = _git("rev-parse", "HEAD")
+    """The checked-out commit, ``+dirty`` when tracked files differ from it. Outside a git checkout of this
+    project (a copy of it, also one inside another repository, whose commit would be the wrong one):
+    ``$PAPER_TABLES_COMMIT``, else None."""
+    top = _git("rev-parse", "--show-toplevel")
+    head = _git("rev-parse", "HEAD") if top is not None and Path(top).resolve() == REPO.resolve() else None
     if head is None:
         return os.environ.get("PAPER_TABLES_COMMIT")
     return head + ("+dirty" if _git("status", "--porcelain", "--untracked-files=no") else "")

@@ -520,3 +520,25 @@ def test_end_to_end_through_the_command_line_resumed_then_skipped_on_a_second_ca
     assert tables["budget"]["tiny_budget"]["Units-ML"]["12"]["n"] == 1
     assert tables["standard"]["tiny_standard"]["Units-ML"]["accuracy"]["n"] == 1
     assert tables["runs"][0]["fit_command"][3] == "fit" and tables["runs"][0]["devices"]
+
+
+def test_a_copy_inside_another_repository_records_no_commit_of_that_repository(tmp_path, monkeypatch):
+    """A copy of the project (no .git of its own) inside another checkout must not record that checkout's commit."""
+    import subprocess
+
+    outer = tmp_path / "outer"
+    (outer / "copy").mkdir(parents=True)
+    git = ["git", "-C", str(outer), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "outer"], check=True)
+    outer_head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    monkeypatch.delenv("PAPER_TABLES_COMMIT", raising=False)
+    for repo, expected in ((outer / "copy", None), (outer, outer_head)):
+        monkeypatch.setattr(pt, "REPO", repo)
+        pt.commit.cache_clear()
+        assert pt.commit() == expected, repo
+    monkeypatch.setenv("PAPER_TABLES_COMMIT", "c230fc2")
+    monkeypatch.setattr(pt, "REPO", outer / "copy")
+    pt.commit.cache_clear()
+    assert pt.commit() == "c230fc2"
+    pt.commit.cache_clear()
