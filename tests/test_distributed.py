@@ -48,9 +48,13 @@ SCRIPT = textwrap.dedent("""
                                "labeled": int(outputs["chosen"].sum()), "support_images": batch.support_y.numel(),
                                "parameters": digest(pl_module), "barriers": barriers[0] - self.barriers_before}})
 
-    def run():
+    class Undeclared(MultiQuerySampler):  # the ledger sums what each rank labeled: one all-reduce per step
+        def chosen_count(self, step):
+            return None
+
+    def run(sampler_class=MultiQuerySampler):
         pl.seed_everything(0, verbose=False)
-        data = tiny_data(MultiQuerySampler(tasks=2, query_sets=2))
+        data = tiny_data(sampler_class(tasks=2, query_sets=2))
         model = tiny_model(label_budget=10, sampler=data.sampler)
         record = Record()
         trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=50, limit_train_batches=100,
@@ -65,8 +69,9 @@ SCRIPT = textwrap.dedent("""
 
     trainer, first = run()
     _, second = run()
+    _, undeclared = run(Undeclared)
     with open(f"result_{{trainer.global_rank}}.json", "w") as out:
-        json.dump({{"rank": trainer.global_rank, "first": first, "second": second}}, out)
+        json.dump({{"rank": trainer.global_rank, "first": first, "second": second, "undeclared": undeclared}}, out)
 """)
 
 QUERY_IMAGES_PER_SET = 5  # n_way x query_shots of tiny_data
@@ -136,6 +141,15 @@ def test_ledger_is_the_sum_over_ranks_of_what_each_labeled(ranks):
         assert ledger["support_images"] == sum(step["support_images"] for step in steps) == 60
         assert ledger["skipped_steps"] == 0
     assert ranks[0]["first"]["val_acc"] == ranks[1]["first"]["val_acc"]
+
+
+def test_a_sampler_that_declares_no_count_is_summed_over_ranks_without_a_barrier(ranks):
+    """Without ``chosen_count`` the ledger learns each rank's labels by an all-reduce (and a read) every step."""
+    for rank in (0, 1):
+        run = ranks[rank]["undeclared"]
+        assert [step["labeled"] for step in run["steps"]] == [2, 2, 1]
+        assert run["ledger"] == ranks[rank]["first"]["ledger"]
+        assert [step["barriers"] for step in run["steps"]] == [0, 0, 0], rank
 
 
 def test_a_run_repeats_itself_for_a_given_number_of_ranks(ranks):

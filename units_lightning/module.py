@@ -28,6 +28,7 @@ from units_lightning.belief import (
 from units_lightning.callbacks._shared import logging_step
 from units_lightning.callbacks.non_finite import NonFiniteGuard
 from units_lightning.callbacks.results_writer import ResultsWriter
+from units_lightning.collectives import sum_over_ranks
 from units_lightning.engines import EngineName, EnsembleEngine, InnerLRMode, build_engine
 from units_lightning.engines.cuda_graph import GraphedCalls
 from units_lightning.episode import SealedLabels, TaskBatch
@@ -237,7 +238,7 @@ class UnitsMAML(pl.LightningModule):
         if data_way != self.n_way:
             raise ValueError(f"model.n_way={self.n_way} but data.n_way={data_way}: set both to the same number")
         if self.trainer.world_size > 1:
-            self.ledger.reduce = partial(self.trainer.strategy.reduce, reduce_op="sum")
+            self.ledger.reduce = partial(sum_over_ranks, strategy=self.trainer.strategy)
         if self.ensemble is not None and stage != "fit" and self.ensemble_engine is None:
             self.load_ensemble()
 

@@ -12,6 +12,7 @@ from torch import Tensor
 
 from units_lightning import keys
 from units_lightning.callbacks._shared import logging_step
+from units_lightning.collectives import sum_over_ranks
 
 __all__ = ["NonFiniteGuard"]
 
@@ -71,7 +72,7 @@ class NonFiniteGuard(Callback):
             largest = torch.stack(torch._foreach_norm(grads, float("inf")))
             finite = finite.to(largest.device) & largest.isfinite().all()
         if trainer.world_size > 1:
-            finite = every_rank(finite, trainer)
+            finite = sum_over_ranks((~finite).float(), trainer.strategy) == 0  # queued: no barrier, no wait
         loss, self._loss, self._finite = self._loss, None, None
         if self.mode == "skip" and optimizer.defaults.get("fused"):
             self._skip_on_device(trainer, pl_module, optimizer, finite, loss)
@@ -163,17 +164,3 @@ def _warn_first(what: str, loss: Tensor | None, step: int, spent: int) -> None:
         f"labeled query sets stay counted, once). Later skips are counted in {keys.TRAIN_SKIPPED_STEPS} and the fit "
         f"summary without a warning. If they repeat, {_ADVICE}; model.non_finite=stop stops instead"
     )
-
-
-def every_rank(flag: Tensor, trainer: pl.Trainer) -> Tensor:
-    """True where ``flag`` holds on every rank: one all-reduce of one number, queued on the device.
-
-    Not ``trainer.strategy.reduce``: Lightning's reduce waits at ``torch.distributed.barrier`` first, which under
-    NCCL blocks the host until the GPU has finished the step. Once per step that serialised the host's work with the
-    GPU's and cost the 2-GPU speed-up (docs/SCALING.md).
-    """
-    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-        return trainer.strategy.reduce((~flag).float(), reduce_op="sum") == 0  # a strategy without a process group
-    failed = (~flag).to(torch.float32).reshape(1)
-    torch.distributed.all_reduce(failed, op=torch.distributed.ReduceOp.SUM)
-    return failed[0] == 0
