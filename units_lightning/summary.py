@@ -88,6 +88,9 @@ def format_summary(summary: dict[str, Any]) -> str:
     labels = summary["labels"]
     ci = summary.get("val_accuracy_ci95")
     accuracy = pct(summary["val_accuracy"]) + (f" +- {100 * ci:.2f}" if ci is not None else "")
+    steps, seconds, start = summary["steps"], f"{summary['wall_time_s']:.1f} s", summary.get("start_step") or 0
+    # a resumed run: the seconds are this command's, for the steps after the checkpoint
+    timing = f"(resumed at step {start}: {steps - start} steps in {seconds})" if start else f"in {seconds}"
     lines = [
         "units-lightning fit summary",
         f"  validation accuracy  {accuracy} (95% CI over the validation tasks; chance "
@@ -97,14 +100,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"correct belief {num(summary['val_correct_belief'])}",
         f"  labels spent         {labels['query_sets']} query sets, {labels['query_images']} query images, "
         f"{labels['support_images']} support images",
-        f"  steps {summary['steps']} in {summary['wall_time_s']:.1f} s",
+        f"  steps {steps} {timing}",
     ]
-    start = summary.get("start_step") or 0
-    if start:  # a resumed run: the seconds are this command's, for the steps after the checkpoint
-        lines[-1] = (
-            f"  steps {summary['steps']} (resumed at step {start}: {summary['steps'] - start} steps in "
-            f"{summary['wall_time_s']:.1f} s)"
-        )
     if summary.get("stopped"):
         lines.append(f"  stopped: {summary['stopped']}")
     if summary.get("skipped_steps"):
