@@ -69,6 +69,11 @@ class SealedLabels:
         return self._labels.shape
 
     def to(self, *args, **kwargs) -> SealedLabels:
+        """The labels on another device. From page-locked memory the copy is asynchronous, as Lightning makes it
+        for the batch's tensors (it passes ``non_blocking`` to tensors only): a blocking copy here made the host wait
+        for the GPU to drain its queue at every step, so Lightning's work could not overlap the GPU's."""
+        if "non_blocking" not in kwargs and self._labels.is_pinned():
+            kwargs["non_blocking"] = True  # host-to-device from pinned memory: ordered on the stream, safe
         return SealedLabels(self._labels.to(*args, **kwargs))
 
     def pin_memory(self) -> SealedLabels:
