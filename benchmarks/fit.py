@@ -15,11 +15,14 @@ Usage:
     python benchmarks/fit.py --steps 12 --skip 2 --configs omniglot_5w1s   # CPU
     python benchmarks/fit.py --device cuda --stand-in /tmp/stand-in        # CIFAR-FS / mini-ImageNet absent:
                                                                            # random images in their layout
+    python benchmarks/fit.py --device cuda --steps 120 --sync-check 60 80 --configs budget_omniglot_5w1s
+        # lists the host synchronisations of steps 60-79 with a stack each, split by logging and quiet steps
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import copy
 import cProfile
 import json
@@ -29,6 +32,8 @@ import pstats
 import sys
 import tempfile
 import time
+import traceback
+import warnings
 from pathlib import Path
 
 import lightning
@@ -81,6 +86,62 @@ class StepTimer(Callback):
     @property
     def train_seconds(self) -> float:
         return self.end - self.start - sum(self.validation)
+
+
+class SyncWatch(Callback):
+    """The host synchronisations that CUDA's sync debug mode reports from global step ``first`` to ``last``.
+
+    Each is counted with its Python stack, as a logging step's (Lightning reads the logged values there, which
+    synchronises by design) or a quiet step's, where there should be none: one synchronisation makes the host wait
+    for the GPU to drain its queue, so Lightning's own work no longer overlaps the GPU's. The debug mode is a
+    prototype and does not see every synchronisation (PyTorch's caveat).
+    """
+
+    def __init__(self, first: int, last: int):
+        self.first, self.last = first, last
+        self.found: collections.Counter = collections.Counter()
+        self._trainer = None
+        self._previous = None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step == self.first and self._previous is None and self.can_watch(pl_module):
+            self._trainer = trainer
+            self._previous = warnings.showwarning, warnings.filters[:]
+            warnings.simplefilter("always")
+            warnings.showwarning = self._record
+            torch.cuda.set_sync_debug_mode("warn")
+        elif trainer.global_step >= self.last:
+            self.stop()
+
+    @staticmethod
+    def can_watch(pl_module: pl.LightningModule) -> bool:
+        return pl_module.device.type == "cuda"
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        if self._previous is not None:
+            torch.cuda.set_sync_debug_mode(0)
+            warnings.showwarning, warnings.filters[:] = self._previous
+            self._previous = None
+
+    def _record(self, message, category, filename, lineno, file=None, line=None) -> None:
+        if "synchroniz" not in str(message):
+            return
+        stack = "".join(traceback.format_stack(limit=16)[:-2])
+        kind = "logging" if self._trainer._logger_connector.should_update_logs else "quiet"
+        self.found[(kind, stack)] += 1
+
+    def count(self, kind: str) -> int:
+        return sum(n for (k, _), n in self.found.items() if k == kind)
+
+    def report(self) -> None:
+        for (kind, stack), n in self.found.most_common():
+            print(f"--- {n} x in {kind} steps:\n{stack}")
+        steps = self.last - self.first
+        print(f"synchronisations in steps {self.first}-{self.last - 1}: {self.count('quiet')} in quiet steps, "
+              f"{self.count('logging')} in logging steps ({steps} steps)", flush=True)  # fmt: skip
 
 
 def stand_in(config: dict, folder: Path, images_per_class: int) -> Path:
@@ -150,6 +211,9 @@ def run_one(name: str, args: argparse.Namespace, out: Path) -> dict:
     bare_model = copy.deepcopy(model)
     timer = StepTimer(args.skip)
     cli.trainer.callbacks.append(timer)
+    watch = SyncWatch(*args.sync_check) if args.sync_check else None
+    if watch is not None:
+        cli.trainer.callbacks.append(watch)
     wall = time.perf_counter()
     if args.profile:
         profiler = cProfile.Profile()
@@ -182,6 +246,10 @@ def run_one(name: str, args: argparse.Namespace, out: Path) -> dict:
         "validation_s_each": round(sum(timer.validation) / max(len(timer.validation), 1), 2),
         "wall_s": round(wall, 1),
     }
+    if watch is not None:
+        watch.report()
+        row["syncs_in_quiet_steps"] = watch.count("quiet")
+        row["syncs_in_logging_steps"] = watch.count("logging")
     print(json.dumps(row), flush=True)
     return row
 
@@ -201,6 +269,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", help="folder for the runs (default: a temporary folder)")
     parser.add_argument("--json", help="also write the rows to this file")
     parser.add_argument("--profile", type=int, default=0, help="print the N costliest functions of each fit")
+    parser.add_argument(
+        "--sync-check",
+        nargs=2,
+        type=int,
+        metavar=("FIRST", "LAST"),
+        help="on CUDA: list the host synchronisations of global steps FIRST to LAST - 1, each with its stack",
+    )
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="more options for every fit")
     args = parser.parse_args(argv)
     os.environ.setdefault("WANDB_MODE", "offline")
