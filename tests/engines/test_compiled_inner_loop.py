@@ -1,0 +1,51 @@
+"""``capture: compile``: the compiled inner loop's second-order meta-gradient equals eager's in float64.
+
+The inner loop (``vmap`` over tasks of ``torch.func.grad`` steps) compiles as one graph with no graph break, the
+query prediction as another, and ``torch.compile`` differentiates through both for the meta-gradient. Compiling
+takes minutes (about 2 on 2 CPU cores for this tiny model, the first time; Inductor's cache serves later runs),
+so the CPU case runs only with ``UNITS_LIGHTNING_COMPILE_TESTS=1``; the CUDA case runs on a GPU machine.
+"""
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+_spec = importlib.util.spec_from_file_location("engines_agree", Path(__file__).with_name("test_engines_agree.py"))
+agree = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(agree)  # the float64 model, episode and tolerance of the engine-agreement tests
+
+CPU_OPT_IN = os.environ.get("UNITS_LIGHTNING_COMPILE_TESTS") == "1"
+
+
+def meta_gradient(engine, device):
+    support_x, support_y, query_x, query_y = (t.to(device) for t in agree.episode())
+    adapted = engine.adapt(support_x, support_y, agree.LOSS, agree.STEPS, create_graph=True)
+    logits = engine.predict(adapted, query_x[:, 0], torch.arange(agree.TASKS, device=device))
+    names, params = zip(*engine.named_parameters(), strict=True)
+    return dict(zip(names, torch.autograd.grad(agree.LOSS(logits, query_y), params), strict=True))
+
+
+@pytest.mark.parametrize(
+    "device",
+    [
+        pytest.param(
+            "cpu",
+            marks=pytest.mark.skipif(not CPU_OPT_IN, reason="compiling takes minutes: UNITS_LIGHTNING_COMPILE_TESTS=1"),
+        ),
+        pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")),
+    ],
+)
+def test_compiled_inner_loop_meta_gradient_equals_eager_in_float64(device):
+    from torch._dynamo.utils import counters
+
+    # Vectorised over tasks, learned rates per layer and step, per-step batch norm; the same weights in both.
+    eager = agree.make_engine("batched", "per_layer_per_step", True, capture="none").to(device)
+    compiled = agree.make_engine("batched", "per_layer_per_step", True, capture="compile").to(device)
+    counters.clear()
+    expected, ours = meta_gradient(eager, device), meta_gradient(compiled, device)
+    agree.assert_close(ours, expected, f"compiled inner loop on {device}")
+    assert counters["stats"]["unique_graphs"] == 2  # the inner loop and the query prediction, one graph each
+    assert not counters["graph_break"]
