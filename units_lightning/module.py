@@ -119,7 +119,9 @@ class UnitsMAML(pl.LightningModule):
         chunk_size: tasks the batched engine vectorises at once (None: all); bounds evaluation memory.
         capture: speed-up of the batched engine's training steps: "auto" (CUDA graphs on CUDA, data-parallel
             training included), "none", "cuda_graph" (replay the inner loop as CUDA graphs: the same kernels, up to 5x
-            faster on a GPU) or "compile" (experimental); see ``BatchedEngine`` and docs/PERFORMANCE.md.
+            faster on a GPU) or "compile" (experimental: the inner loop and predictions compiled with
+            ``torch.compile``, inside the same whole-step CUDA graph on CUDA); see ``BatchedEngine`` and
+            docs/PERFORMANCE.md.
         compile_scoring: compile the batched engine's scoring of candidate query sets (a forward pass
             without gradient) with ``torch.compile``: "auto" (on CUDA; falls back to eager with one warning
             where compiling fails), True or False. About twice as fast on large query sets.

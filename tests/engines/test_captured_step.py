@@ -89,21 +89,22 @@ def _train(model: UnitsMAML, steps: int, device: str, warned: list | None = None
 
 
 @CUDA
+@pytest.mark.parametrize("captured", ["cuda_graph", "compile"])  # compile: compiled kernels inside the graph
 @pytest.mark.parametrize("sampler", ["scored", "warm-up", "random"])
-def test_the_replayed_step_equals_eager_in_float64(sampler):
+def test_the_replayed_step_equals_eager_in_float64(sampler, captured):
     make = {
         "scored": lambda: MultiQuerySampler(tasks=TASKS, query_sets=QUERY_SETS),
         "warm-up": lambda: MultiQuerySampler(tasks=TASKS, query_sets=QUERY_SETS, warmup_steps=10),
         "random": lambda: RandomSampler(tasks=TASKS),
     }[sampler]
     runs, models = {}, {}
-    for capture in ("none", "cuda_graph"):
+    for capture in ("none", captured):
         models[capture] = make_model(capture, make(), device="cuda")
         warned: list = []  # (step, message): a stream mismatch, or a capture that failed
         runs[capture] = _train(models[capture], 4, "cuda", warned)  # capture, then replays on new weights and batches
         assert not warned, (capture, warned)
-    assert models["cuda_graph"]._step_graphs and len(models["cuda_graph"]._step_graphs._graphs) == 1
-    for eager, replayed in zip(runs["none"], runs["cuda_graph"], strict=True):
+    assert models[captured]._step_graphs and len(models[captured]._step_graphs._graphs) == 1
+    for eager, replayed in zip(runs["none"], runs[captured], strict=True):
         error = (replayed["grad"] - eager["grad"]).norm() / eager["grad"].norm()
         assert error < 1e-10, float(error)
         assert torch.equal(replayed["chosen"], eager["chosen"])
@@ -112,8 +113,8 @@ def test_the_replayed_step_equals_eager_in_float64(sampler):
         assert replayed["values"].keys() == eager["values"].keys()
         for name, value in eager["values"].items():
             torch.testing.assert_close(replayed["values"][name], value, rtol=1e-10, atol=1e-14)
-    assert models["cuda_graph"].ledger.state_dict() == models["none"].ledger.state_dict()
-    models["cuda_graph"].ledger.check_count(models["cuda_graph"].sampler)  # the declared count held on the device
+    assert models[captured].ledger.state_dict() == models["none"].ledger.state_dict()
+    models[captured].ledger.check_count(models[captured].sampler)  # the declared count held on the device
 
 
 @CUDA
@@ -130,9 +131,10 @@ def test_the_last_step_of_a_budget_runs_eagerly_and_spends_it_exactly():
 
 
 @CUDA
-def test_replayed_evaluation_equals_eager_and_reads_the_current_weights():
+@pytest.mark.parametrize("captured", ["cuda_graph", "compile"])
+def test_replayed_evaluation_equals_eager_and_reads_the_current_weights(captured):
     results = {}
-    for capture in ("none", "cuda_graph"):
+    for capture in ("none", captured):
         model = make_model(capture, RandomSampler(tasks=TASKS), device="cuda").eval()
         episode = batch(device="cuda")
         sets = [episode.query_x[:, 0], episode.query_x[:, 1]]
@@ -144,6 +146,6 @@ def test_replayed_evaluation_equals_eager_and_reads_the_current_weights():
         results[capture] = first + second
         graphs = model.engine._graphed_evaluation
         assert (graphs is None) == (capture == "none") and (graphs is None or (graphs._graphs and not graphs.failed))
-    for got, want in zip(results["cuda_graph"], results["none"], strict=True):
+    for got, want in zip(results[captured], results["none"], strict=True):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-13)
     assert not torch.equal(results["none"][0], results["none"][2])

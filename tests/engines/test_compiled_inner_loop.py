@@ -49,3 +49,18 @@ def test_compiled_inner_loop_meta_gradient_equals_eager_in_float64(device):
     agree.assert_close(ours, expected, f"compiled inner loop on {device}")
     assert counters["stats"]["unique_graphs"] == 2  # the inner loop and the query prediction, one graph each
     assert not counters["graph_break"]
+
+
+def test_every_capture_but_none_replays_the_whole_step_on_cuda():
+    captures = {
+        c: agree.make_engine("batched", "fixed", False, capture=c) for c in ("auto", "none", "cuda_graph", "compile")
+    }
+    assert {c: e.captures for c, e in captures.items()} == {
+        "auto": True,
+        "none": False,
+        "cuda_graph": True,
+        "compile": True,
+    }
+    # compile: no inner-loop graph of its own (its compiled kernels go inside the step's graph), evaluation as graphs
+    assert captures["compile"]._graphed is None and captures["compile"]._graphed_evaluation is not None
+    assert captures["none"]._graphed_evaluation is None
