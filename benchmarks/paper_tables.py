@@ -35,7 +35,7 @@ The next call continues. SIGTERM to this script does the same at once.
 Tables (Markdown and JSON) and plots (test accuracy against labeled query sets, one band per method) go to
 ``<root>/tables/``: mean and 95% confidence interval over seeds (Student t with n - 1 degrees of freedom) beside
 the paper's numbers (``PAPER_SOURCE``), with the standard setting's accuracy at vacuity < 0.2 and < 0.1 and its
-coverage from each ``results.json``.
+coverage from each ``results.json``, and Units-ML against Units-NTS paired by seed (``paired_difference``).
 
     python benchmarks/paper_tables.py --dry-run                     # the runs, their commands, what is done
     python benchmarks/paper_tables.py --configs budget --parallel 8 --gpus 0,1,2,3 --time-limit 3300
@@ -921,7 +921,48 @@ def collect(runs: Sequence[Run]) -> dict[str, Any]:
                 budget.setdefault(config.name, {})[method] = _budget_row(config, method, mine)
             else:
                 standard.setdefault(config.name, {})[method] = _standard_row(config, method, mine)
-    return {"source": PAPER_SOURCE, "budget": budget, "standard": standard, "runs": records}
+    return {
+        "source": PAPER_SOURCE,
+        "budget": budget,
+        "standard": standard,
+        "paired": paired_rows(budget, standard),
+        "runs": records,
+    }
+
+
+PAIRED = ("Units-ML", "Units-NTS")
+"""The pair compared seed by seed: the first method minus the second."""
+
+
+def paired_difference(ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> dict[str, Any]:
+    """``ours - theirs`` seed by seed, over the seeds both summaries hold, as a summary (mean, 95% CI, n, values,
+    seeds). Both methods of a seed start from the same weights, and their episode streams from the same seed, so
+    this is a sharper comparison than two intervals side by side.
+
+    Example:
+        >>> ours, theirs = {"values": [95.0, 96.0], "seeds": [0, 1]}, {"values": [94.0, 94.5, 90.0], "seeds": [0, 1, 2]}
+        >>> d = paired_difference(ours, theirs)
+        >>> d["values"], d["seeds"], d["mean"], d["n"]
+        ([1.0, 1.5], [0, 1], 1.25, 2)
+    """
+    by_seed = dict(zip(theirs["seeds"], theirs["values"], strict=True))
+    pairs = [
+        (seed, v - by_seed[seed]) for seed, v in zip(ours["seeds"], ours["values"], strict=True) if seed in by_seed
+    ]
+    return _summary([d for _, d in pairs], [seed for seed, _ in pairs], None)
+
+
+def paired_rows(budget: Mapping[str, Any], standard: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """``PAIRED``'s difference per config where both methods ran: per budget point, or of the standard accuracy."""
+    first, second = PAIRED
+    rows: dict[str, dict[str, Any]] = {}
+    for config, methods in budget.items():
+        if first in methods and second in methods:
+            rows[config] = {p: paired_difference(methods[first][p], methods[second][p]) for p in methods[first]}
+    for config, methods in standard.items():
+        if first in methods and second in methods:
+            rows[config] = {"accuracy": paired_difference(methods[first]["accuracy"], methods[second]["accuracy"])}
+    return rows
 
 
 def _summary(values: Sequence[float], seeds: Sequence[int], paper: float | None) -> dict[str, Any]:
@@ -966,17 +1007,20 @@ def _standard_row(config: ConfigInfo, method: str, runs: Sequence[Run]) -> dict[
     return row
 
 
-def cell(summary: Mapping[str, Any], digits: int = 2) -> str:
-    """``mean +- ci (n)`` of one summary; an empty cell where no run is finished.
+def cell(summary: Mapping[str, Any], digits: int = 2, signed: bool = False) -> str:
+    """``mean +- ci (n)`` of one summary; an empty cell where no run is finished; ``signed`` for a difference.
 
     Example:
         >>> cell({"mean": 95.123, "ci95": 0.456, "n": 3}), cell({"mean": 95.1, "ci95": None, "n": 1})
         ('95.12 ± 0.46 (3)', '95.10 (1)')
+        >>> cell({"mean": 0.714, "ci95": 0.46, "n": 3}, signed=True)
+        '+0.71 ± 0.46 (3)'
     """
     if not summary.get("n"):
         return ""
     ci = f" ± {summary['ci95']:.{digits}f}" if summary.get("ci95") is not None else ""
-    return f"{summary['mean']:.{digits}f}{ci} ({summary['n']})"
+    sign = "+" if signed else ""
+    return f"{summary['mean']:{sign}.{digits}f}{ci} ({summary['n']})"
 
 
 def _paper(value: float | None) -> str:
@@ -1035,6 +1079,10 @@ def _threshold_cell(kept: Mapping[str, Any] | None) -> str:
     return f"{cell(kept['accuracy'])}, {kept['coverage']['mean']:.1f}% kept"
 
 
+def _paired_label() -> str:
+    return f"{PAIRED[0]} - {PAIRED[1]}, paired by seed"
+
+
 def markdown(tables: Mapping[str, Any], plots: Mapping[str, str]) -> str:
     """The tables as Markdown: one per label-budget config, one for the standard setting, each with its runs."""
     lines = [
@@ -1044,6 +1092,13 @@ def markdown(tables: Mapping[str, Any], plots: Mapping[str, str]) -> str:
         "n - 1 degrees of freedom), the number of seeds in brackets; an empty cell has no finished run. "
         f"Paper: {tables['source']}.",
     ]
+    if tables.get("paired"):
+        lines += [
+            "",
+            f"{_paired_label()}: {PAIRED[0]}'s test accuracy minus {PAIRED[1]}'s, seed by seed (both methods of a "
+            "seed start from the same weights, their episode streams from the same seed), in points: mean ± 95% CI "
+            "over the seeds both finished.",
+        ]
     if tables.get("extra"):
         overrides = " ".join(f"`{o}`" for o in tables["extra"])
         lines += ["", f"Every run with the overrides {overrides}: not the configs' protocol, not the paper's."]
@@ -1055,6 +1110,9 @@ def markdown(tables: Mapping[str, Any], plots: Mapping[str, str]) -> str:
         for method, row in methods.items():
             lines.append(f"| {method} | " + " | ".join(cell(row[p]) for p in points) + " |")
             lines.append(f"| {method}, paper | " + " | ".join(_paper(row[p]["paper"]) for p in points) + " |")
+        paired = tables.get("paired", {}).get(config)
+        if paired:
+            lines.append(f"| {_paired_label()} | " + " | ".join(cell(paired[p], signed=True) for p in points) + " |")
         if config in plots:
             lines += ["", f"![{config}]({plots[config]})"]
         for extra in (_config_note(config, tables["runs"]), _runs_table(tables["runs"], config)):
@@ -1080,6 +1138,9 @@ def markdown(tables: Mapping[str, Any], plots: Mapping[str, str]) -> str:
                 paper.append(_paper(kept["accuracy"]["paper"]) if kept else "")
             lines.append(f"| {config} | " + " | ".join(ours) + " |")
             lines.append(f"| {config}, paper | " + " | ".join(paper) + " |")
+        paired = [(c, row["accuracy"]) for c, row in tables.get("paired", {}).items() if c in tables["standard"]]
+        if paired:
+            lines += ["", f"{_paired_label()}: " + "; ".join(f"{c} {cell(d, signed=True)}" for c, d in paired) + "."]
         for config in tables["standard"]:
             note = _config_note(config, tables["runs"])
             if note:

@@ -542,3 +542,48 @@ def test_a_copy_inside_another_repository_records_no_commit_of_that_repository(t
     pt.commit.cache_clear()
     assert pt.commit() == "c230fc2"
     pt.commit.cache_clear()
+
+
+def test_units_ml_and_units_nts_are_compared_seed_by_seed(tmp_path):
+    (tmp_path / "data" / "omniglot").mkdir(parents=True)
+    options = _options(tmp_path / "root", tmp_path / "data")
+    budget = _grid(options.root, methods=("Units-NTS", "Units-ML"))
+    standard = _grid(options.root, seeds=(0, 1), name="omniglot_5w1s", methods=("Units-NTS", "Units-ML"))
+    accuracy = {"Units-NTS": (0.90, 0.95, 0.92), "Units-ML": (0.91, 0.97, 0.93)}  # ahead by 1, 2, 1 points
+    for run in budget:
+        for offset, name in enumerate(("labels-04000", "labels-08000", "labels-10000")):
+            _finish_test(run, name, accuracy[run.method][run.seed] + offset / 100)
+    for run in standard:
+        _finish_test(run, "top1-val", accuracy[run.method][run.seed])
+    finished = [*budget, *standard]
+    finished.remove(next(r for r in budget if r.method == "Units-NTS" and r.seed == 2))  # unpaired: left out
+    for run in finished:
+        _finish_fit(run, options)
+        pt.write_json(run.folder / pt.DONE, {"finished": "now"})
+
+    written = pt.write_tables([*budget, *standard], tmp_path / "tables")
+    tables = json.loads(written["json"].read_text())
+    paired = tables["paired"]["budget_omniglot_5w1s"]["8000"]
+    assert paired["seeds"] == [0, 1] and paired["values"] == pytest.approx([1.0, 2.0])
+    assert paired["mean"] == pytest.approx(1.5) and paired["n"] == 2
+    ci = pt.student_t_quantile(0.975, 1) * math.sqrt(0.5) / math.sqrt(2)  # differences 1, 2: std sqrt(0.5)
+    assert paired["ci95"] == pytest.approx(ci)
+    assert tables["paired"]["omniglot_5w1s"]["accuracy"]["values"] == pytest.approx([1.0, 2.0])
+
+    text = written["markdown"].read_text()
+    row = f"+1.50 ± {ci:.2f} (2)"
+    assert f"| Units-ML - Units-NTS, paired by seed | {row} | {row} | {row} |" in text
+    assert f"Units-ML - Units-NTS, paired by seed: omniglot_5w1s {row}." in text
+
+
+def test_no_paired_row_without_both_methods(tmp_path):
+    (tmp_path / "data" / "omniglot").mkdir(parents=True)
+    options = _options(tmp_path / "root", tmp_path / "data")
+    (run,) = _grid(options.root, seeds=(0,), methods=("Units-ML",))
+    for name in ("labels-04000", "labels-08000", "labels-10000"):
+        _finish_test(run, name, 0.9)
+    _finish_fit(run, options)
+    pt.write_json(run.folder / pt.DONE, {"finished": "now"})
+    written = pt.write_tables([run], tmp_path / "tables")
+    assert json.loads(written["json"].read_text())["paired"] == {}
+    assert "paired by seed" not in written["markdown"].read_text()
