@@ -1,16 +1,14 @@
 """benchmarks/fit.py --sync-check: host synchronisations counted per kind of step, each with its stack."""
 
-import sys
 import warnings
 
 import torch
 from lightning.pytorch.callbacks import Callback
-from tiny_setup import REPO, tiny_data, tiny_model, tiny_trainer
+from tiny_setup import benchmark, tiny_data, tiny_model, tiny_trainer
 
 from units_lightning.samplers import RandomSampler
 
-sys.path.insert(0, str(REPO / "benchmarks"))
-from fit import SyncWatch  # noqa: E402
+SyncWatch = benchmark("fit").SyncWatch
 
 
 class Synchronises(Callback):

@@ -1,27 +1,16 @@
 """``benchmarks/scaling.py``: the options of each measured run, the table, and (slow) a CPU run on 1 and 2 processes."""
 
-import importlib
 import json
 import os
 import subprocess
 import sys
 
 import pytest
-from tiny_setup import REPO
-
-
-def _scaling():
-    """The benchmark as a module (it imports ``fit`` and ``engines`` from its own folder, as when run as a script)."""
-    folder = str(REPO / "benchmarks")
-    sys.path.insert(0, folder)
-    try:
-        return importlib.import_module("scaling")
-    finally:
-        sys.path.remove(folder)
+from tiny_setup import REPO, benchmark
 
 
 def test_each_run_is_the_config_on_n_devices_with_validation_off():
-    scaling = _scaling()
+    scaling = benchmark("scaling")
     args = scaling.parse(["--accelerator", "cpu", "--steps", "20", "--skip", "5", "--extra", "--model.filters=8"])
     config = {"data": {"class_path": "units_lightning.data.OmniglotDataModule"}, "trainer": {}}
     one = scaling.fit_arguments("omniglot_20w1s", config, REPO / "omniglot", 1, args, REPO / "out")
@@ -35,7 +24,7 @@ def test_each_run_is_the_config_on_n_devices_with_validation_off():
 
 
 def test_speedups_are_over_the_single_device_row_of_the_same_config():
-    scaling = _scaling()
+    scaling = benchmark("scaling")
     rows = [
         {"config": "a", "devices": 1, "tasks_per_rank": 8, "tasks_per_step": 8, "tasks_per_s": 100.0},
         {"config": "a", "devices": 2, "tasks_per_rank": 8, "tasks_per_step": 16, "tasks_per_s": 190.0},
@@ -51,7 +40,7 @@ def test_speedups_are_over_the_single_device_row_of_the_same_config():
 
 
 def test_nothing_timed_is_refused():
-    scaling = _scaling()
+    scaling = benchmark("scaling")
     with pytest.raises(SystemExit):
         scaling.parse(["--steps", "10", "--skip", "10"])
 
