@@ -932,6 +932,7 @@ def collect(runs: Sequence[Run]) -> dict[str, Any]:
 
 PAIRED = ("Units-ML", "Units-NTS")
 """The pair compared seed by seed: the first method minus the second."""
+PAIRED_LABEL = f"{PAIRED[0]} - {PAIRED[1]}, paired by seed"
 
 
 def paired_difference(ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> dict[str, Any]:
@@ -1079,10 +1080,6 @@ def _threshold_cell(kept: Mapping[str, Any] | None) -> str:
     return f"{cell(kept['accuracy'])}, {kept['coverage']['mean']:.1f}% kept"
 
 
-def _paired_label() -> str:
-    return f"{PAIRED[0]} - {PAIRED[1]}, paired by seed"
-
-
 def markdown(tables: Mapping[str, Any], plots: Mapping[str, str]) -> str:
     """The tables as Markdown: one per label-budget config, one for the standard setting, each with its runs."""
     lines = [
@@ -1095,7 +1092,7 @@ def markdown(tables: Mapping[str, Any], plots: Mapping[str, str]) -> str:
     if tables.get("paired"):
         lines += [
             "",
-            f"{_paired_label()}: {PAIRED[0]}'s test accuracy minus {PAIRED[1]}'s, seed by seed (both methods of a "
+            f"{PAIRED_LABEL}: {PAIRED[0]}'s test accuracy minus {PAIRED[1]}'s, seed by seed (both methods of a "
             "seed start from the same weights, their episode streams from the same seed), in points: mean ± 95% CI "
             "over the seeds both finished.",
         ]
@@ -1112,7 +1109,7 @@ def markdown(tables: Mapping[str, Any], plots: Mapping[str, str]) -> str:
             lines.append(f"| {method}, paper | " + " | ".join(_paper(row[p]["paper"]) for p in points) + " |")
         paired = tables.get("paired", {}).get(config)
         if paired:
-            lines.append(f"| {_paired_label()} | " + " | ".join(cell(paired[p], signed=True) for p in points) + " |")
+            lines.append(f"| {PAIRED_LABEL} | " + " | ".join(cell(paired[p], signed=True) for p in points) + " |")
         if config in plots:
             lines += ["", f"![{config}]({plots[config]})"]
         for extra in (_config_note(config, tables["runs"]), _runs_table(tables["runs"], config)):
@@ -1140,7 +1137,7 @@ def markdown(tables: Mapping[str, Any], plots: Mapping[str, str]) -> str:
             lines.append(f"| {config}, paper | " + " | ".join(paper) + " |")
         paired = [(c, row["accuracy"]) for c, row in tables.get("paired", {}).items() if c in tables["standard"]]
         if paired:
-            lines += ["", f"{_paired_label()}: " + "; ".join(f"{c} {cell(d, signed=True)}" for c, d in paired) + "."]
+            lines += ["", f"{PAIRED_LABEL}: " + "; ".join(f"{c} {cell(d, signed=True)}" for c, d in paired) + "."]
         for config in tables["standard"]:
             note = _config_note(config, tables["runs"])
             if note:
