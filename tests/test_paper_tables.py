@@ -283,6 +283,31 @@ def test_finished_runs_are_skipped_and_the_others_continued_where_they_stopped(t
     assert again.commands == []
 
 
+def test_runs_start_seed_by_seed_and_those_under_way_first(tmp_path):
+    configs = pt.resolve_configs(["budget_omniglot_5w1s", "budget_omniglot_5w5s"])
+    runs = pt.build_grid(configs, ["Units-NTS", "Units-ML"], [0, 1], tmp_path)
+    label = {run: f"{run.config.name[7:]}/{run.method}/{run.seed}" for run in runs}
+    under_way = [r for r in runs if label[r] in ("omniglot_5w5s/Units-ML/0", "omniglot_5w1s/Units-NTS/1")]
+    for run in under_way:
+        run.folder.mkdir(parents=True)
+        (run.folder / pt.RECORD).write_text("{}")
+    assert [label[r] for r in pt.launch_order(runs)] == [
+        "omniglot_5w5s/Units-ML/0",  # seed 0: the run under way first, then the grid's order
+        "omniglot_5w1s/Units-NTS/0",
+        "omniglot_5w1s/Units-ML/0",
+        "omniglot_5w5s/Units-NTS/0",
+        "omniglot_5w1s/Units-NTS/1",  # seed 1 only after every seed-0 run
+        "omniglot_5w1s/Units-ML/1",
+        "omniglot_5w5s/Units-NTS/1",
+        "omniglot_5w5s/Units-ML/1",
+    ]
+    assert [label[r] for r in runs][:3] == [  # the grid itself (tables, --dry-run) keeps config, method, seed
+        "omniglot_5w1s/Units-NTS/0",
+        "omniglot_5w1s/Units-NTS/1",
+        "omniglot_5w1s/Units-ML/0",
+    ]
+
+
 def test_a_stopped_fit_is_continued_by_the_next_call_and_a_failed_one_is_named(tmp_path):
     options, (_, partial, _) = _prepare(tmp_path)
     assert pt.execute_run(partial, FakeLauncher(returncode=143), None, options) == "stopped"
