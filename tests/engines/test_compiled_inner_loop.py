@@ -64,3 +64,14 @@ def test_every_capture_but_none_replays_the_whole_step_on_cuda():
     # compile: no inner-loop graph of its own (its compiled kernels go inside the step's graph), evaluation as graphs
     assert captures["compile"]._graphed is None and captures["compile"]._graphed_evaluation is not None
     assert captures["none"]._graphed_evaluation is None
+
+
+def test_compile_vectorises_the_inner_loop_on_every_device_and_refuses_the_loop():
+    # The per-task loop differentiates twice through autograd.grad, which torch.compile cannot: a compiled fit on
+    # CPU (where vectorize="auto" loops) failed in its first backward with "does not currently support double
+    # backward". Under "compile" the inner loop is the vectorised one everywhere, and the loop is refused up front.
+    cpu_batch = torch.zeros(2, 3)
+    assert agree.make_engine("batched", "fixed", False, vectorize="auto", capture="compile")._vectorized(cpu_batch)
+    assert not agree.make_engine("batched", "fixed", False, vectorize="auto", capture="none")._vectorized(cpu_batch)
+    with pytest.raises(ValueError, match="capture='compile' needs the vectorised inner loop"):
+        agree.make_engine("batched", "fixed", False, vectorize=False, capture="compile")

@@ -59,7 +59,9 @@ class BatchedEngine(nn.Module):
             ``tests/engines/test_compiled_inner_loop.py``; on CUDA ``UnitsMAML`` replays the whole step,
             compiled kernels included, as a CUDA graph, and evaluation as graphs, as for "cuda_graph").
         vectorize: "auto" (vectorise over tasks on CUDA, loop over them on CPU, where ``vmap``'s grouped
-            convolutions are slower), True or False.
+            convolutions are slower; under ``capture="compile"`` vectorise everywhere), True or False. The loop
+            cannot be compiled: its second-order gradients come from ``torch.autograd.grad(create_graph=True)``,
+            a double backward that ``torch.compile`` does not support, so "compile" refuses False.
         compile_scoring: compile the scoring of candidate query sets (training, no gradient) with
             ``torch.compile``: "auto" (on CUDA), True or False. It is a forward pass only, whose batch norm,
             activation and pooling fuse into a few kernels (twice as fast on large query sets). If compiling
@@ -80,6 +82,11 @@ class BatchedEngine(nn.Module):
         super().__init__()
         if capture not in ("auto", "none", "cuda_graph", "compile"):
             raise ValueError(f"capture must be 'auto', 'none', 'cuda_graph' or 'compile', got {capture!r}")
+        if capture == "compile" and vectorize is False:
+            raise ValueError(
+                "capture='compile' needs the vectorised inner loop (torch.compile cannot differentiate twice through "
+                "the per-task loop's autograd.grad): set vectorize to True or 'auto', or capture to 'none'"
+            )
         if chunk_size is not None and chunk_size < 1:
             raise ValueError(f"chunk_size must be a positive number of tasks or None, got {chunk_size}")
         for name, module in model.named_modules():
@@ -262,7 +269,9 @@ class BatchedEngine(nn.Module):
         return vmap(lambda x: self._forward(weights, x, steps))(sets)
 
     def _vectorized(self, x: Tensor) -> bool:
-        return x.is_cuda if self.vectorize == "auto" else bool(self.vectorize)
+        if self.vectorize == "auto":
+            return x.is_cuda or self.capture == "compile"
+        return bool(self.vectorize)
 
     def _forward(self, fast: dict[str, Tensor], x: Tensor, step: int) -> Tensor:
         kwargs = {"step": step} if self._step_kwarg else {}
