@@ -13,12 +13,13 @@ With ``--capture cuda_graph`` (or ``compile``) the batched engine also runs with
 replayed as CUDA graphs (or under ``torch.compile``) and its scoring of candidate query sets compiled
 (``compile_scoring: auto``), as it runs by default on one GPU; the "batched" column is all eager. The capture
 and compile times are reported separately (first Units-NTS step, first Units-ML step) and the meta-gradient is
-checked against eager with TF32 off.
+checked against eager with TF32 off (``--no-check`` skips that check: under ``compile`` it compiles twice more).
 
 Usage:
     python benchmarks/engines.py                       # CPU, all shapes, prints the table
     python benchmarks/engines.py --device cuda --capture cuda_graph --check-only   # only the exactness check
     python benchmarks/engines.py --device cuda --capture cuda_graph --write docs/PERFORMANCE.md
+    python benchmarks/engines.py --device cuda --capture cuda_graph compile --no-check --shapes omniglot-20w1s
 """
 
 from __future__ import annotations
@@ -198,8 +199,9 @@ def run(args: argparse.Namespace) -> list[dict]:
     rows = []
     for shape in [s for s in SHAPES if not args.shapes or s.name in args.shapes]:
         row: dict = {"shape": shape, "tasks_per_s": {}, "memory": {}, "ml_over_nts": {}}
-        for capture in args.capture:
-            row.setdefault("capture", {})[capture] = capture_check(shape, device, capture)
+        for capture in args.capture:  # the errors of capture_check, or None for each where not checked
+            errors = (None, None, None) if args.no_check else capture_check(shape, device, capture)
+            row.setdefault("capture", {})[capture] = errors
         # On CPU the engines take turns step by step; on GPU they run one after the other, so that each one's
         # peak memory is its own.
         groups = [] if args.check_only else [engines] if device.type == "cpu" else [[e] for e in engines]
@@ -261,7 +263,7 @@ def table(rows: list[dict], engines: list[str]) -> str:
         for r in rows:
             for c, check in r.get("capture", {}).items():
                 firsts = [f"{t:.1f}" for t in check[:-3]] or ["not timed", "not timed"]
-                errors = [f"{e:.1e}" for e in check[-3:]]
+                errors = ["not checked" if e is None else f"{e:.1e}" for e in check[-3:]]
                 lines.append("| " + " | ".join([r["shape"].name, c, *firsts, *errors]) + " |")
     return "\n".join(lines)
 
@@ -312,10 +314,18 @@ def main() -> None:
     parser.add_argument(
         "--check-only", action="store_true", help="only check the --capture variants against eager, no timing"
     )
+    parser.add_argument(
+        "--no-check",
+        action="store_true",
+        help="time the --capture variants without checking them against eager first (under compile the check "
+        "compiles twice more, minutes each)",
+    )
     parser.add_argument("--cudnn-benchmark", action="store_true")
     parser.add_argument("--score-precision", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--write", type=Path, help="write the table into this Markdown file")
     args = parser.parse_args()
+    if args.check_only and args.no_check:
+        parser.error("--check-only and --no-check exclude each other")
     torch.backends.cudnn.benchmark = args.cudnn_benchmark
     device = torch.device(args.device)
     rows = run(args)
