@@ -75,3 +75,18 @@ def test_compile_vectorises_the_inner_loop_on_every_device_and_refuses_the_loop(
     assert not agree.make_engine("batched", "fixed", False, vectorize="auto", capture="none")._vectorized(cpu_batch)
     with pytest.raises(ValueError, match="capture='compile' needs the vectorised inner loop"):
         agree.make_engine("batched", "fixed", False, vectorize=False, capture="compile")
+
+
+def test_a_copy_of_a_compiling_engine_trains_its_own_weights():
+    # torch.compile wraps a bound method; deepcopy shares function objects, so a copy used to train through the
+    # original's weights and learned rates (benchmarks/fit.py times a copy), and pickling it failed.
+    import copy
+    import pickle
+
+    original = agree.make_engine("batched", "per_layer_per_step", True, capture="compile")
+    copied = copy.deepcopy(original)
+    for name in ("_compiled_adapt", "_compiled_predict", "_compiled_predict_sets"):
+        assert getattr(copied, name)._torchdynamo_orig_callable.__self__ is copied
+        assert getattr(original, name)._torchdynamo_orig_callable.__self__ is original
+    loaded = pickle.loads(pickle.dumps(original))
+    assert loaded._compiled_adapt._torchdynamo_orig_callable.__self__ is loaded

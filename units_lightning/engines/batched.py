@@ -101,10 +101,7 @@ class BatchedEngine(nn.Module):
         self._step_kwarg = accepts_step(model)
         self.capture = capture
         self.vectorize = vectorize
-        compile = capture == "compile"
-        self._compiled_adapt = torch.compile(self._adapt_all) if compile else self._adapt_all
-        self._compiled_predict = torch.compile(self._predict_all) if compile else self._predict_all
-        self._compiled_predict_sets = torch.compile(self._predict_sets) if compile else self._predict_sets
+        self._bind_training_functions()
         graphs = capture in ("auto", "cuda_graph")
         self._graphed = GraphedInnerLoop(self) if graphs else None
         self._graphed_evaluation = GraphedInference() if capture != "none" else None
@@ -113,12 +110,27 @@ class BatchedEngine(nn.Module):
         self.compile_scoring = compile_scoring
         self._compiled_scoring: Any = None  # built at first use; False once compiling failed
 
+    _TRAINING_FUNCTIONS = ("_compiled_adapt", "_compiled_predict", "_compiled_predict_sets")
+
+    def _bind_training_functions(self) -> None:
+        """The inner loop and predictions of training steps: compiled under ``capture="compile"``, else the
+        methods themselves. Each compiled function wraps this instance's bound method."""
+        compile = self.capture == "compile"
+        self._compiled_adapt = torch.compile(self._adapt_all) if compile else self._adapt_all
+        self._compiled_predict = torch.compile(self._predict_all) if compile else self._predict_all
+        self._compiled_predict_sets = torch.compile(self._predict_sets) if compile else self._predict_sets
+
     def __getstate__(self) -> dict[str, Any]:
-        # A compiled function belongs to this instance: a copy compiles its own at first use.
-        state = super().__getstate__()
+        # A compiled function belongs to this instance (a deep copy would share it, and with it this instance's
+        # weights and learned rates): a copy binds its own, and compiles its scoring at first use.
+        state = {k: v for k, v in super().__getstate__().items() if k not in self._TRAINING_FUNCTIONS}
         if state.get("_compiled_scoring"):
-            state = {**state, "_compiled_scoring": None}
+            state["_compiled_scoring"] = None
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._bind_training_functions()
 
     def adapt(
         self, support_x: Tensor, support_y: Tensor, loss: InnerLoss, steps: int, create_graph: bool
