@@ -547,8 +547,7 @@ def launch_order(runs: Sequence[Run]) -> list[Run]:
     checkpoints. Tables and ``--dry-run`` keep the grid's own order.
     """
     seeds = list(dict.fromkeys(run.seed for run in runs))
-    position = {id(run): index for index, run in enumerate(runs)}
-    return sorted(runs, key=lambda run: (seeds.index(run.seed), not (run.folder / RECORD).is_file(), position[id(run)]))
+    return sorted(runs, key=lambda run: (seeds.index(run.seed), not (run.folder / RECORD).is_file()))  # stable
 
 
 def read_json(path: Path) -> Any | None:
