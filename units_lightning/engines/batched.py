@@ -104,7 +104,7 @@ class BatchedEngine(nn.Module):
         self._bind_training_functions()
         graphs = capture in ("auto", "cuda_graph")
         self._graphed = GraphedInnerLoop(self) if graphs else None
-        self._graphed_evaluation = GraphedInference() if capture != "none" else None
+        self._graphed_evaluation = GraphedInference() if self.captures else None
         if compile_scoring not in ("auto", True, False):
             raise ValueError(f"compile_scoring must be 'auto', True or False, got {compile_scoring!r}")
         self.compile_scoring = compile_scoring
