@@ -121,8 +121,7 @@ class UnitsMAML(pl.LightningModule):
             training included), "none", "cuda_graph" (replay the inner loop as CUDA graphs: the same kernels, up to 5x
             faster on a GPU) or "compile" (experimental: the inner loop and predictions compiled with
             ``torch.compile``, vectorised over tasks on every device, inside the same whole-step CUDA graph on
-            CUDA); see ``BatchedEngine`` and
-            docs/PERFORMANCE.md.
+            CUDA); see ``BatchedEngine`` and docs/PERFORMANCE.md.
         compile_scoring: compile the batched engine's scoring of candidate query sets (a forward pass
             without gradient) with ``torch.compile``: "auto" (on CUDA; falls back to eager with one warning
             where compiling fails), True or False. About twice as fast on large query sets.
