@@ -5,7 +5,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from tiny_setup import tiny_data, tiny_model, tiny_trainer
 
 from units_lightning.losses import CrossEntropyLoss
-from units_lightning.module import UnitsMAML
+from units_lightning.module import COMPILE_MIN_STEPS, UnitsMAML, auto_capture
 from units_lightning.samplers import MultiQuerySampler, RandomSampler, SingleTaskSelectionSampler
 
 
@@ -198,3 +198,32 @@ def test_steps_return_per_query_values_for_callbacks(tmp_path):
     total = outputs["vacuity"] + outputs["incorrect_belief"] + outputs["correct_belief"]
     torch.testing.assert_close(total, torch.ones(queries))
     assert torch.equal(outputs["correct"], outputs["logits"].argmax(-1) == outputs["labels"])
+
+
+class StopAfterOneStep(pl.Callback):
+    def on_train_batch_end(self, trainer, *args):
+        trainer.should_stop = True
+
+
+def test_capture_auto_compiles_long_runs_on_one_gpu_only():
+    assert auto_capture(50_000, world_size=1) == "compile"  # the paper's standard setting: 100 x 500 steps
+    assert auto_capture(COMPILE_MIN_STEPS, world_size=1) == "compile"
+    assert auto_capture(float("inf"), world_size=1) == "compile"  # no max_steps, no max_epochs
+    assert auto_capture(5_000, world_size=1) == "cuda_graph"  # a label-budget run is over before it pays back
+    assert auto_capture(50_000, world_size=2) == "cuda_graph"  # data-parallel: CUDA graphs, as measured
+
+
+@pytest.mark.parametrize(
+    "accelerator",
+    ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"))],
+)
+def test_a_long_fit_under_capture_auto_compiles_on_cuda_and_not_on_cpu(tmp_path, accelerator, caplog):
+    data = tiny_data(RandomSampler(tasks=2))
+    model = tiny_model(sampler=data.sampler)
+    trainer = tiny_trainer(
+        tmp_path, accelerator=accelerator, max_steps=COMPILE_MIN_STEPS, callbacks=[StopAfterOneStep()]
+    )
+    trainer.fit(model, data)
+    compiles = accelerator == "cuda"
+    assert model.engine.capture == ("compile" if compiles else "auto") and model.hparams.capture == "auto"
+    assert ("capture auto: compiling the training step for this run of 20,000 steps" in caplog.text) == compiles

@@ -86,7 +86,47 @@ def test_a_copy_of_a_compiling_engine_trains_its_own_weights():
     original = agree.make_engine("batched", "per_layer_per_step", True, capture="compile")
     copied = copy.deepcopy(original)
     for name in ("_compiled_adapt", "_compiled_predict", "_compiled_predict_sets"):
-        assert getattr(copied, name)._torchdynamo_orig_callable.__self__ is copied
-        assert getattr(original, name)._torchdynamo_orig_callable.__self__ is original
+        assert getattr(copied, name).compiled._torchdynamo_orig_callable.__self__ is copied
+        assert getattr(original, name).compiled._torchdynamo_orig_callable.__self__ is original
     loaded = pickle.loads(pickle.dumps(original))
-    assert loaded._compiled_adapt._torchdynamo_orig_callable.__self__ is loaded
+    assert loaded._compiled_adapt.compiled._torchdynamo_orig_callable.__self__ is loaded
+
+
+def test_where_compiling_fails_the_engine_warns_once_and_goes_on_as_cuda_graph(monkeypatch):
+    # No Triton or C++ compiler, or an operation the compiler rejects: the first compiled call raises. The engine
+    # says so once, answers that call uncompiled and switches to "cuda_graph" (the eager kernels, replayed as graphs
+    # on CUDA) for good, so a long run that asked for compiling (capture "auto") still trains, at the same result.
+    calls = []
+
+    def compile_that_fails(function, **kwargs):
+        def compiled(*args):
+            calls.append(function.__name__)
+            raise RuntimeError("no working C++ compiler")
+
+        return compiled
+
+    expected = meta_gradient(agree.make_engine("batched", "per_layer_per_step", True, capture="cuda_graph"), "cpu")
+    monkeypatch.setattr(torch, "compile", compile_that_fails)
+    engine = agree.make_engine("batched", "per_layer_per_step", True, capture="compile")
+    failed = r"compiling the training step failed \(RuntimeError: no working C\+\+ compiler\)"
+    with pytest.warns(UserWarning, match=failed):
+        ours = meta_gradient(engine, "cpu")
+    assert calls == ["_adapt_all"]  # the predictions that follow no longer try
+    assert engine.capture == "cuda_graph" and engine._graphed is not None and engine.captures
+    agree.assert_close(ours, expected, "uncompiled after a failed compile")
+    meta_gradient(engine, "cpu")
+    assert calls == ["_adapt_all"]  # nor does a later step
+
+
+def test_use_capture_switches_between_graphs_and_compiling():
+    engine = agree.make_engine("batched", "fixed", False, capture="auto")
+    assert engine._compiled_adapt == engine._adapt_all and engine._graphed is not None
+    engine.use_capture("compile")
+    assert engine.capture == "compile" and engine._graphed is None
+    assert engine._compiled_adapt.compiled._torchdynamo_orig_callable == engine._adapt_all
+    engine.use_capture("cuda_graph")
+    assert engine._compiled_adapt == engine._adapt_all and engine._graphed is not None
+    with pytest.raises(ValueError, match="use_capture takes 'cuda_graph' or 'compile', got 'none'"):
+        engine.use_capture("none")
+    with pytest.raises(ValueError, match="capture='compile' needs the vectorised inner loop"):
+        agree.make_engine("batched", "fixed", False, vectorize=False, capture="none").use_capture("compile")

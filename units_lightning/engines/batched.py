@@ -53,11 +53,13 @@ class BatchedEngine(nn.Module):
             Smaller chunks bound the memory of evaluation and scoring; training memory still grows with
             the meta-batch because the graph of every task is kept for the backward pass (split the
             meta-batch with the trainer's ``accumulate_grad_batches`` instead).
-        capture: how the training inner loop runs: "auto" (CUDA graphs on CUDA), "none" (eager),
-            "cuda_graph" (``GraphedInnerLoop``) or "compile" (experimental: ``torch.compile`` of the vectorised
-            inner loop and query predictions, their float64 meta-gradient equal to eager's within 1e-10 on CPU,
-            ``tests/engines/test_compiled_inner_loop.py``; on CUDA ``UnitsMAML`` replays the whole step,
-            compiled kernels included, as a CUDA graph, and evaluation as graphs, as for "cuda_graph").
+        capture: how the training inner loop runs: "auto" (CUDA graphs on CUDA; ``UnitsMAML`` turns it into
+            "compile" for long runs, ``use_capture``), "none" (eager), "cuda_graph" (``GraphedInnerLoop``) or
+            "compile" (``torch.compile`` of the vectorised inner loop and query predictions, their float64
+            meta-gradient equal to eager's within 1e-10, ``tests/engines/test_compiled_inner_loop.py`` and, on a GPU,
+            ``tests/engines/test_captured_step.py``; on CUDA ``UnitsMAML`` replays the whole step, compiled kernels
+            included, as a CUDA graph, and evaluation as graphs, as for "cuda_graph"; where compiling fails, the
+            engine warns once and goes on as "cuda_graph").
         vectorize: "auto" (vectorise over tasks on CUDA, loop over them on CPU, where ``vmap``'s grouped
             convolutions are slower; under ``capture="compile"`` vectorise everywhere), True or False. The loop
             cannot be compiled: its second-order gradients come from ``torch.autograd.grad(create_graph=True)``,
@@ -104,6 +106,7 @@ class BatchedEngine(nn.Module):
         self._bind_training_functions()
         graphs = capture in ("auto", "cuda_graph")
         self._graphed = GraphedInnerLoop(self) if graphs else None
+        self._graphs_suspended = False  # inside ``eager()``
         self._graphed_evaluation = GraphedInference() if self.captures else None
         if compile_scoring not in ("auto", True, False):
             raise ValueError(f"compile_scoring must be 'auto', True or False, got {compile_scoring!r}")
@@ -116,9 +119,41 @@ class BatchedEngine(nn.Module):
         """The inner loop and predictions of training steps: compiled under ``capture="compile"``, else the
         methods themselves. Each compiled function wraps this instance's bound method."""
         compile = self.capture == "compile"
-        self._compiled_adapt = torch.compile(self._adapt_all) if compile else self._adapt_all
-        self._compiled_predict = torch.compile(self._predict_all) if compile else self._predict_all
-        self._compiled_predict_sets = torch.compile(self._predict_sets) if compile else self._predict_sets
+        self._compiled_adapt = self._compiling(self._adapt_all) if compile else self._adapt_all
+        self._compiled_predict = self._compiling(self._predict_all) if compile else self._predict_all
+        self._compiled_predict_sets = self._compiling(self._predict_sets) if compile else self._predict_sets
+
+    def _compiling(self, function: Any) -> Any:
+        """``torch.compile(function)``, falling back for good to CUDA graphs of the uncompiled function (after one
+        warning) where compiling fails: no Triton or C++ compiler, or an operation the compiler rejects."""
+        compiled = torch.compile(function)
+
+        def run(*args: Any) -> Any:
+            if self.capture != "compile":  # compiling failed in another of the training functions
+                return function(*args)
+            try:
+                return compiled(*args)
+            except Exception as error:  # noqa: BLE001 - the uncompiled function raises again what is not the compiler's
+                rank_zero_warn(
+                    f"compiling the training step failed ({type(error).__name__}: {error}); it runs uncompiled from "
+                    "now on (model.capture=cuda_graph skips the attempt)"
+                )
+                self.use_capture("cuda_graph")
+                return function(*args)
+
+        run.compiled = compiled  # type: ignore[attr-defined]
+        return run
+
+    def use_capture(self, capture: Literal["cuda_graph", "compile"]) -> None:
+        """Switch the training steps to CUDA graphs of the eager inner loop or to the compiled one (``UnitsMAML``
+        resolves ``capture="auto"`` by the length of the run; compiling falls back to "cuda_graph")."""
+        if capture not in ("cuda_graph", "compile"):
+            raise ValueError(f"use_capture takes 'cuda_graph' or 'compile', got {capture!r}")
+        if capture == "compile" and self.vectorize is False:
+            raise ValueError("capture='compile' needs the vectorised inner loop: set vectorize to True or 'auto'")
+        self.capture = capture
+        self._bind_training_functions()
+        self._graphed = GraphedInnerLoop(self) if capture == "cuda_graph" else None
 
     def __getstate__(self) -> dict[str, Any]:
         # A compiled function belongs to this instance (a deep copy would share it, and with it this instance's
@@ -147,7 +182,9 @@ class BatchedEngine(nn.Module):
     def _use_graphs(self, support_x: Tensor) -> bool:
         # Under DDP too: its gradient hooks fire on the parameters' accumulators, which the replay feeds as eager
         # backward does (2 H200s: 297 tasks/s with graphs against 79 eager, docs/SCALING.md).
-        return self._graphed is not None and self.training and support_x.is_cuda and torch.is_grad_enabled()
+        if self._graphed is None or self._graphs_suspended:
+            return False
+        return self.training and support_x.is_cuda and torch.is_grad_enabled()
 
     @property
     def captures(self) -> bool:
@@ -159,11 +196,11 @@ class BatchedEngine(nn.Module):
     def eager(self) -> Iterator[None]:
         """Run the inner loop eagerly inside the block: for a caller that captures a larger function around it
         (``UnitsMAML``'s whole training step), since graphs do not nest."""
-        graphed, self._graphed = self._graphed, None
+        suspended, self._graphs_suspended = self._graphs_suspended, True
         try:
             yield
         finally:
-            self._graphed = graphed
+            self._graphs_suspended = suspended
 
     def evaluate(self, support_x: Tensor, support_y: Tensor, query_x: Tensor, loss: InnerLoss, steps: int) -> Tensor:
         """Adapt to each support set (first order) and return the detached (T, Q, M, N) logits of its query sets.
