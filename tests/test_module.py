@@ -226,4 +226,4 @@ def test_a_long_fit_under_capture_auto_compiles_on_cuda_and_not_on_cpu(tmp_path,
     trainer.fit(model, data)
     compiles = accelerator == "cuda"
     assert model.engine.capture == ("compile" if compiles else "auto") and model.hparams.capture == "auto"
-    assert ("capture auto: compiling the training step for this run of 20,000 steps" in caplog.text) == compiles
+    assert ("capture auto: compiling the inner loop for this run of 20,000 steps" in caplog.text) == compiles

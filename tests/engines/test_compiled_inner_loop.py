@@ -18,6 +18,7 @@ agree = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(agree)  # the float64 model, episode and tolerance of the engine-agreement tests
 
 CPU_OPT_IN = os.environ.get("UNITS_LIGHTNING_COMPILE_TESTS") == "1"
+SLOW = "compiling takes minutes: UNITS_LIGHTNING_COMPILE_TESTS=1"
 
 
 def meta_gradient(engine, device):
@@ -28,16 +29,13 @@ def meta_gradient(engine, device):
     return dict(zip(names, torch.autograd.grad(agree.LOSS(logits, query_y), params), strict=True))
 
 
-@pytest.mark.parametrize(
-    "device",
-    [
-        pytest.param(
-            "cpu",
-            marks=pytest.mark.skipif(not CPU_OPT_IN, reason="compiling takes minutes: UNITS_LIGHTNING_COMPILE_TESTS=1"),
-        ),
-        pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")),
-    ],
-)
+DEVICES = [
+    pytest.param("cpu", marks=pytest.mark.skipif(not CPU_OPT_IN, reason=SLOW)),
+    pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_compiled_inner_loop_meta_gradient_equals_eager_in_float64(device):
     from torch._dynamo.utils import counters
 
@@ -49,6 +47,21 @@ def test_compiled_inner_loop_meta_gradient_equals_eager_in_float64(device):
     agree.assert_close(ours, expected, f"compiled inner loop on {device}")
     assert counters["stats"]["unique_graphs"] == 2  # the inner loop and the query prediction, one graph each
     assert not counters["graph_break"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compiled_evaluation_equals_eager_in_float64(device):
+    # Validation and test adapt (first order) and predict every query set through the same compiled functions as
+    # training (on CUDA inside evaluation's CUDA graphs): their logits equal the eager engine's.
+    support_x, support_y, query_x, _ = (t.to(device) for t in agree.episode())
+    logits = {}
+    for capture in ("none", "compile"):
+        engine = agree.make_engine("batched", "per_layer_per_step", True, capture=capture).to(device).eval()
+        with torch.no_grad():  # as Lightning's validation loop runs it
+            logits[capture] = engine.evaluate(support_x, support_y, query_x, agree.LOSS, agree.STEPS)
+    assert logits["compile"].shape == query_x.shape[:3] + (agree.WAYS,)
+    relative = ((logits["compile"] - logits["none"]).norm() / logits["none"].norm()).item()
+    assert relative <= 1e-10, f"compiled evaluation differs from eager by {relative:.2e}"
 
 
 def test_every_capture_but_none_replays_the_whole_step_on_cuda():
@@ -108,7 +121,7 @@ def test_where_compiling_fails_the_engine_warns_once_and_goes_on_as_cuda_graph(m
     expected = meta_gradient(agree.make_engine("batched", "per_layer_per_step", True, capture="cuda_graph"), "cpu")
     monkeypatch.setattr(torch, "compile", compile_that_fails)
     engine = agree.make_engine("batched", "per_layer_per_step", True, capture="compile")
-    failed = r"compiling the training step failed \(RuntimeError: no working C\+\+ compiler\)"
+    failed = r"compiling the inner loop failed \(RuntimeError: no working C\+\+ compiler\)"
     with pytest.warns(UserWarning, match=failed):
         ours = meta_gradient(engine, "cpu")
     assert calls == ["_adapt_all"]  # the predictions that follow no longer try

@@ -55,11 +55,11 @@ class BatchedEngine(nn.Module):
             meta-batch with the trainer's ``accumulate_grad_batches`` instead).
         capture: how the training inner loop runs: "auto" (CUDA graphs on CUDA; ``UnitsMAML`` turns it into
             "compile" for long runs, ``use_capture``), "none" (eager), "cuda_graph" (``GraphedInnerLoop``) or
-            "compile" (``torch.compile`` of the vectorised inner loop and query predictions, their float64
-            meta-gradient equal to eager's within 1e-10, ``tests/engines/test_compiled_inner_loop.py`` and, on a GPU,
-            ``tests/engines/test_captured_step.py``; on CUDA ``UnitsMAML`` replays the whole step, compiled kernels
-            included, as a CUDA graph, and evaluation as graphs, as for "cuda_graph"; where compiling fails, the
-            engine warns once and goes on as "cuda_graph").
+            "compile" (``torch.compile`` of the vectorised inner loop and query predictions, in training and
+            evaluation, their float64 meta-gradient and evaluation equal to eager's within 1e-10,
+            ``tests/engines/test_compiled_inner_loop.py`` and, on a GPU, ``tests/engines/test_captured_step.py``; on
+            CUDA ``UnitsMAML`` replays the whole step, compiled kernels included, as a CUDA graph, and evaluation as
+            graphs, as for "cuda_graph"; where compiling fails, the engine warns once and goes on as "cuda_graph").
         vectorize: "auto" (vectorise over tasks on CUDA, loop over them on CPU, where ``vmap``'s grouped
             convolutions are slower; under ``capture="compile"`` vectorise everywhere), True or False. The loop
             cannot be compiled: its second-order gradients come from ``torch.autograd.grad(create_graph=True)``,
@@ -103,7 +103,7 @@ class BatchedEngine(nn.Module):
         self._step_kwarg = accepts_step(model)
         self.capture = capture
         self.vectorize = vectorize
-        self._bind_training_functions()
+        self._bind_functions()
         graphs = capture in ("auto", "cuda_graph")
         self._graphed = GraphedInnerLoop(self) if graphs else None
         self._graphs_suspended = False  # inside ``eager()``
@@ -113,11 +113,11 @@ class BatchedEngine(nn.Module):
         self.compile_scoring = compile_scoring
         self._compiled_scoring: Any = None  # built at first use; False once compiling failed
 
-    _TRAINING_FUNCTIONS = ("_compiled_adapt", "_compiled_predict", "_compiled_predict_sets")
+    _COMPILED_FUNCTIONS = ("_compiled_adapt", "_compiled_predict", "_compiled_predict_sets")
 
-    def _bind_training_functions(self) -> None:
-        """The inner loop and predictions of training steps: compiled under ``capture="compile"``, else the
-        methods themselves. Each compiled function wraps this instance's bound method."""
+    def _bind_functions(self) -> None:
+        """The inner loop and predictions, of training and evaluation: compiled under ``capture="compile"``, else
+        the methods themselves. Each compiled function wraps this instance's bound method."""
         compile = self.capture == "compile"
         self._compiled_adapt = self._compiling(self._adapt_all) if compile else self._adapt_all
         self._compiled_predict = self._compiling(self._predict_all) if compile else self._predict_all
@@ -129,14 +129,14 @@ class BatchedEngine(nn.Module):
         compiled = torch.compile(function)
 
         def run(*args: Any) -> Any:
-            if self.capture != "compile":  # compiling failed in another of the training functions
+            if self.capture != "compile":  # compiling failed in another of these functions
                 return function(*args)
             try:
                 return compiled(*args)
             except Exception as error:  # noqa: BLE001 - the uncompiled function raises again what is not the compiler's
                 rank_zero_warn(
-                    f"compiling the training step failed ({type(error).__name__}: {error}); it runs uncompiled from "
-                    "now on (model.capture=cuda_graph skips the attempt)"
+                    f"compiling the inner loop failed ({type(error).__name__}: {error}); it runs uncompiled from now "
+                    "on (model.capture=cuda_graph skips the attempt)"
                 )
                 self.use_capture("cuda_graph")
                 return function(*args)
@@ -152,20 +152,20 @@ class BatchedEngine(nn.Module):
         if capture == "compile" and self.vectorize is False:
             raise ValueError("capture='compile' needs the vectorised inner loop: set vectorize to True or 'auto'")
         self.capture = capture
-        self._bind_training_functions()
+        self._bind_functions()
         self._graphed = GraphedInnerLoop(self) if capture == "cuda_graph" else None
 
     def __getstate__(self) -> dict[str, Any]:
         # A compiled function belongs to this instance (a deep copy would share it, and with it this instance's
         # weights and learned rates): a copy binds its own, and compiles its scoring at first use.
-        state = {k: v for k, v in super().__getstate__().items() if k not in self._TRAINING_FUNCTIONS}
+        state = {k: v for k, v in super().__getstate__().items() if k not in self._COMPILED_FUNCTIONS}
         if state.get("_compiled_scoring"):
             state["_compiled_scoring"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
-        self._bind_training_functions()
+        self._bind_functions()
 
     def adapt(
         self, support_x: Tensor, support_y: Tensor, loss: InnerLoss, steps: int, create_graph: bool
@@ -176,8 +176,7 @@ class BatchedEngine(nn.Module):
         if self._use_graphs(support_x):
             fast = self._graphed(support_x, support_y, loss, steps, create_graph)
             return AdaptedWeights(dict(zip(slow, fast, strict=True)), steps)
-        run = self._compiled_adapt if self.training else self._adapt_all
-        return AdaptedWeights(run(slow, support_x, support_y, loss, steps, create_graph), steps)
+        return AdaptedWeights(self._compiled_adapt(slow, support_x, support_y, loss, steps, create_graph), steps)
 
     def _use_graphs(self, support_x: Tensor) -> bool:
         # Under DDP too: its gradient hooks fire on the parameters' accumulators, which the replay feeds as eager
@@ -205,8 +204,9 @@ class BatchedEngine(nn.Module):
     def evaluate(self, support_x: Tensor, support_y: Tensor, query_x: Tensor, loss: InnerLoss, steps: int) -> Tensor:
         """Adapt to each support set (first order) and return the detached (T, Q, M, N) logits of its query sets.
 
-        On CUDA with ``capture`` "auto" or "cuda_graph" both run as one CUDA graph per input shape (validation and
-        test are otherwise bound by the host: about 1,400 kernels per batch of 20 Omniglot tasks).
+        On CUDA with any ``capture`` but "none" both run as one CUDA graph per input shape (validation and test are
+        otherwise bound by the host: about 1,400 kernels per batch of 20 Omniglot tasks); under "compile", of the
+        compiled inner loop and predictions.
         """
 
         def run(x: Tensor, y: Tensor, q: Tensor) -> tuple[Tensor]:
@@ -232,14 +232,12 @@ class BatchedEngine(nn.Module):
     def predict(self, adapted: AdaptedWeights, query_x: Tensor, task_index: Tensor) -> Tensor:
         if query_x.shape[0] == 0:
             return query_x.new_zeros(0, query_x.shape[1], self._num_outputs())
-        run = self._compiled_predict if self.training else self._predict_all
-        return run(adapted.fast, query_x, task_index, adapted.steps)
+        return self._compiled_predict(adapted.fast, query_x, task_index, adapted.steps)
 
     def predict_sets(self, adapted: AdaptedWeights, query_x: Tensor) -> Tensor:
         if self._compiles_scoring(query_x):
             return self._score_compiled(adapted, query_x)
-        run = self._compiled_predict_sets if self.training else self._predict_sets
-        return run(adapted.fast, query_x, adapted.steps)
+        return self._compiled_predict_sets(adapted.fast, query_x, adapted.steps)
 
     def _compiles_scoring(self, query_x: Tensor) -> bool:
         if not self.training or torch.is_grad_enabled() or self._compiled_scoring is False:
