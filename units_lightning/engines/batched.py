@@ -53,7 +53,7 @@ class BatchedEngine(nn.Module):
             Smaller chunks bound the memory of evaluation and scoring; training memory still grows with
             the meta-batch because the graph of every task is kept for the backward pass (split the
             meta-batch with the trainer's ``accumulate_grad_batches`` instead).
-        capture: how the training inner loop runs: "auto" (CUDA graphs on CUDA; ``UnitsMAML`` turns it into
+        capture: how the inner loop runs: "auto" (CUDA graphs on CUDA; ``UnitsMAML`` turns it into
             "compile" for long runs, ``use_capture``), "none" (eager), "cuda_graph" (``GraphedInnerLoop``) or
             "compile" (``torch.compile`` of the vectorised inner loop and query predictions, in training and
             evaluation, their float64 meta-gradient and evaluation equal to eager's within 1e-10,
@@ -145,8 +145,9 @@ class BatchedEngine(nn.Module):
         return run
 
     def use_capture(self, capture: Literal["cuda_graph", "compile"]) -> None:
-        """Switch the training steps to CUDA graphs of the eager inner loop or to the compiled one (``UnitsMAML``
-        resolves ``capture="auto"`` by the length of the run; compiling falls back to "cuda_graph")."""
+        """Switch the inner loop and predictions to the eager functions (replayed as CUDA graphs on CUDA) or to the
+        compiled ones (``UnitsMAML`` resolves ``capture="auto"`` by the length of the run; a failed compile falls
+        back to "cuda_graph")."""
         if capture not in ("cuda_graph", "compile"):
             raise ValueError(f"use_capture takes 'cuda_graph' or 'compile', got {capture!r}")
         if capture == "compile" and self.vectorize is False:
