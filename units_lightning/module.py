@@ -428,14 +428,19 @@ class UnitsMAML(pl.LightningModule):
         smaller than one meta-batch, or one already spent by a restored checkpoint."""
         self.ledger.start(getattr(self.sampler, "tasks", 1), self.trainer.global_rank, self.trainer.world_size)
         check_sigterm_at_logging_steps(self.trainer)  # under DDP, not a collective and a read at every step
-        if getattr(self.engine, "capture", None) == "auto" and self.device.type == "cuda":
-            steps = self.trainer.estimated_stepping_batches
-            if auto_capture(steps, self.trainer.world_size) == "compile":
-                rank_zero_info(
-                    f"capture auto: compiling the inner loop for this run of {steps:,.0f} steps (once, about 2 "
-                    "minutes; model.capture=cuda_graph skips it)"
-                )
-                self.engine.use_capture("compile")
+
+    def on_train_start(self) -> None:
+        """``capture="auto"`` on CUDA: compile a long single-GPU run (``auto_capture``). Decided here, where the
+        training loader (and so the run's length) is known without loading it early."""
+        if getattr(self.engine, "capture", None) != "auto" or self.device.type != "cuda":
+            return
+        steps = self.trainer.estimated_stepping_batches
+        if auto_capture(steps, self.trainer.world_size) == "compile":
+            rank_zero_info(
+                f"capture auto: compiling the inner loop for this run of {steps:,.0f} steps (once, about 2 minutes; "
+                "model.capture=cuda_graph skips it)"
+            )
+            self.engine.use_capture("compile")
 
     # --- evaluation: one path (adapt, predict the query sets) for validate, test and predict --------------
 

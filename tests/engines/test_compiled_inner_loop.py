@@ -134,8 +134,10 @@ def test_where_compiling_fails_the_engine_warns_once_and_goes_on_as_cuda_graph(m
 def test_use_capture_switches_between_graphs_and_compiling():
     engine = agree.make_engine("batched", "fixed", False, capture="auto")
     assert engine._compiled_adapt == engine._adapt_all and engine._graphed is not None
+    evaluation = engine._graphed_evaluation
     engine.use_capture("compile")
     assert engine.capture == "compile" and engine._graphed is None
+    assert engine._graphed_evaluation is not evaluation  # no replay of graphs captured from the other functions
     assert engine._compiled_adapt.compiled._torchdynamo_orig_callable == engine._adapt_all
     engine.use_capture("cuda_graph")
     assert engine._compiled_adapt == engine._adapt_all and engine._graphed is not None

@@ -155,6 +155,7 @@ class BatchedEngine(nn.Module):
         self.capture = capture
         self._bind_functions()
         self._graphed = GraphedInnerLoop(self) if capture == "cuda_graph" else None
+        self._graphed_evaluation = GraphedInference()  # evaluation graphs of the other functions are dropped
 
     def __getstate__(self) -> dict[str, Any]:
         # A compiled function belongs to this instance (a deep copy would share it, and with it this instance's
