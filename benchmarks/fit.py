@@ -8,7 +8,10 @@ batch from the same data module: ``training_step``, backward and Adam, no Lightn
 The ratio fit / bare is what the run's overhead costs.
 
 The sampler's warm-up is set to 0 (``--keep-warmup`` keeps the config's), so that the timed steps score and
-select as the bulk of a paper run does; W&B runs offline.
+select as the bulk of a paper run does; W&B runs offline. On CUDA the steps run as the config's full-length run
+would run them: ``capture: auto`` compiles a run of 20,000 steps or more (``units_lightning.module.auto_capture``),
+and ``--trainer.max_steps`` would otherwise shorten the run below that, so the benchmark passes the capture the
+full run uses (the ``capture`` column; ``--extra --model.capture ...`` overrides it).
 
 Usage:
     python benchmarks/fit.py --device cuda --steps 300 --skip 50           # the five shapes of issue 13
@@ -26,6 +29,7 @@ import collections
 import copy
 import cProfile
 import json
+import math
 import os
 import platform
 import pstats
@@ -45,6 +49,7 @@ from engines import sync, time_steps
 from lightning.pytorch.callbacks import Callback
 
 from units_lightning.cli import cli_main
+from units_lightning.module import auto_capture
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
@@ -187,6 +192,25 @@ def data_root(name: str, config: dict, args: argparse.Namespace) -> Path | None:
     return None
 
 
+def planned_steps(config: dict) -> float:
+    """Training steps of the config's full run, as Lightning counts them: ``max_steps`` where set, at most
+    ``max_epochs`` x ``limit_train_batches`` (an int); infinite when neither bounds the run."""
+    trainer = config.get("trainer") or {}
+    epochs, batches = trainer.get("max_epochs"), trainer.get("limit_train_batches")
+    by_epochs = epochs * batches if isinstance(epochs, int) and isinstance(batches, int) and epochs > 0 else math.inf
+    max_steps = trainer.get("max_steps") or -1
+    return min(max_steps, by_epochs) if max_steps > 0 else by_epochs
+
+
+def full_run_capture(config: dict, device: str, extra: list[str]) -> str | None:
+    """The ``model.capture`` that the config's full run resolves ``auto`` to on one GPU, or None where the benchmark
+    leaves it alone (on CPU, a config or ``--extra`` that names one)."""
+    given = (config.get("model") or {}).get("capture", "auto")
+    if device != "cuda" or given != "auto" or any(a.startswith("--model.capture") for a in extra):
+        return None
+    return auto_capture(planned_steps(config), world_size=1)
+
+
 def run_one(name: str, args: argparse.Namespace, out: Path) -> dict:
     config = yaml.safe_load((REPO / "configs" / f"{name}.yaml").read_text())
     root = data_root(name, config, args)
@@ -205,6 +229,9 @@ def run_one(name: str, args: argparse.Namespace, out: Path) -> dict:
     ]  # fmt: skip
     if not args.keep_warmup:
         cli_args += ["--data.init_args.sampler.init_args.warmup_steps", "0"]
+    capture = full_run_capture(config, args.device, args.extra)
+    if capture is not None:
+        cli_args += ["--model.capture", capture]
     cli_args += args.extra
     cli = cli_main(cli_args, run=False)
     model, data = cli.model, cli.datamodule
@@ -237,6 +264,7 @@ def run_one(name: str, args: argparse.Namespace, out: Path) -> dict:
         "config": name,
         "data": str(root),
         "tasks_per_step": tasks,
+        "capture": getattr(model.engine, "capture", None),
         "timed_steps": timer.steps,
         "fit_tasks_per_s": round(fit_rate, 2),
         "bare_tasks_per_s": round(bare_rate, 2),
@@ -298,13 +326,16 @@ def main(argv: list[str] | None = None) -> None:
         if args.json:
             Path(args.json).write_text(json.dumps({"device": device, "rows": rows}, indent=2) + "\n")
     print()
-    print("| config | tasks/step | fit tasks/s | bare tasks/s | fit / bare | first steps (s) | validation (s each) |")
-    print("|---|---|---|---|---|---|---|")
+    columns = ["config", "tasks/step", "capture", "fit tasks/s", "bare tasks/s", "fit / bare", "first steps (s)"]
+    columns.append("validation (s each)")
+    print("| " + " | ".join(columns) + " |")
+    print("|---" * len(columns) + "|")
     for r in rows:
         if "fit_tasks_per_s" in r:
             print(
-                f"| {r['config']} | {r['tasks_per_step']} | {r['fit_tasks_per_s']} | {r['bare_tasks_per_s']} | "
-                f"{r['fit_over_bare']:.2f} | {r['first_steps_s']} | {r['validation_s_each']} x {r['validations']} |"
+                f"| {r['config']} | {r['tasks_per_step']} | {r['capture']} | {r['fit_tasks_per_s']} | "
+                f"{r['bare_tasks_per_s']} | {r['fit_over_bare']:.2f} | {r['first_steps_s']} | "
+                f"{r['validation_s_each']} x {r['validations']} |"
             )
         else:
             print(f"| {r['config']} | {r.get('skipped') or r.get('error')} |")

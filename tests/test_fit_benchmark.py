@@ -1,14 +1,46 @@
-"""benchmarks/fit.py --sync-check: host synchronisations counted per kind of step, each with its stack."""
+"""benchmarks/fit.py: the capture a full run uses; --sync-check: host synchronisations counted per kind of step."""
 
 import warnings
 
+import pytest
 import torch
+import yaml
 from lightning.pytorch.callbacks import Callback
 from tiny_setup import benchmark, tiny_data, tiny_model, tiny_trainer
 
 from units_lightning.samplers import RandomSampler
 
-SyncWatch = benchmark("fit").SyncWatch
+fit = benchmark("fit")
+SyncWatch = fit.SyncWatch
+REPO = fit.REPO
+
+
+def config(name):
+    return yaml.safe_load((REPO / "configs" / f"{name}.yaml").read_text())
+
+
+@pytest.mark.parametrize(
+    "name,steps,capture",
+    [
+        ("omniglot_20w1s", 50_000, "compile"),  # 100 epochs of 500 steps
+        ("miniimagenet_5w1s", 100_000, "compile"),
+        ("omniglot_5w5s", 10_000, "cuda_graph"),  # 100 epochs of 100 steps
+        ("budget_omniglot_5w1s", 5_000, "cuda_graph"),  # max_steps below 10 epochs of 500
+        ("quickstart", 300, "cuda_graph"),
+    ],
+)
+def test_the_benchmark_times_the_capture_of_the_configs_full_run(name, steps, capture):
+    # fit.py shortens every run with --trainer.max_steps, which would turn capture auto into CUDA graphs for all of
+    # them: it passes the capture that the config's full-length run resolves auto to instead.
+    assert fit.planned_steps(config(name)) == steps
+    assert fit.full_run_capture(config(name), "cuda", []) == capture
+    assert fit.full_run_capture(config(name), "cpu", []) is None  # CPU: the config as it is
+    assert fit.full_run_capture(config(name), "cuda", ["--model.capture", "none"]) is None  # asked for
+
+
+def test_planned_steps_of_an_unbounded_run_is_infinite():
+    assert fit.planned_steps({"trainer": {"max_epochs": -1}}) == float("inf")
+    assert fit.planned_steps({"trainer": {"max_steps": 7, "max_epochs": 3, "limit_train_batches": 0.5}}) == 7
 
 
 class Synchronises(Callback):
