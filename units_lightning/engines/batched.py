@@ -84,11 +84,7 @@ class BatchedEngine(nn.Module):
         super().__init__()
         if capture not in ("auto", "none", "cuda_graph", "compile"):
             raise ValueError(f"capture must be 'auto', 'none', 'cuda_graph' or 'compile', got {capture!r}")
-        if capture == "compile" and vectorize is False:
-            raise ValueError(
-                "capture='compile' needs the vectorised inner loop (torch.compile cannot differentiate twice through "
-                "the per-task loop's autograd.grad): set vectorize to True or 'auto', or capture to 'none'"
-            )
+        _check_compilable(capture, vectorize)
         if chunk_size is not None and chunk_size < 1:
             raise ValueError(f"chunk_size must be a positive number of tasks or None, got {chunk_size}")
         for name, module in model.named_modules():
@@ -128,9 +124,7 @@ class BatchedEngine(nn.Module):
         warning) where compiling fails: no Triton or C++ compiler, or an operation the compiler rejects."""
         compiled = torch.compile(function)
 
-        def run(*args: Any) -> Any:
-            if self.capture != "compile":  # compiling failed in another of these functions
-                return function(*args)
+        def run(*args: Any) -> Any:  # after a failure ``use_capture`` binds the uncompiled functions in its place
             try:
                 return compiled(*args)
             except Exception as error:  # noqa: BLE001 - the uncompiled function raises again what is not the compiler's
@@ -150,8 +144,7 @@ class BatchedEngine(nn.Module):
         back to "cuda_graph")."""
         if capture not in ("cuda_graph", "compile"):
             raise ValueError(f"use_capture takes 'cuda_graph' or 'compile', got {capture!r}")
-        if capture == "compile" and self.vectorize is False:
-            raise ValueError("capture='compile' needs the vectorised inner loop: set vectorize to True or 'auto'")
+        _check_compilable(capture, self.vectorize)
         self.capture = capture
         self._bind_functions()
         self._graphed = GraphedInnerLoop(self) if capture == "cuda_graph" else None
@@ -328,6 +321,14 @@ class BatchedEngine(nn.Module):
 
     def _num_outputs(self) -> int:
         return list(self.model.parameters())[-1].shape[0]
+
+
+def _check_compilable(capture: str, vectorize: bool | str) -> None:
+    if capture == "compile" and vectorize is False:
+        raise ValueError(
+            "capture='compile' needs the vectorised inner loop (torch.compile cannot differentiate twice through "
+            "the per-task loop's autograd.grad): set vectorize to True or 'auto', or capture to 'none'"
+        )
 
 
 def _unstack(fast: dict[str, Tensor]) -> list[dict[str, Tensor]]:
