@@ -130,7 +130,7 @@ class UnitsMAML(pl.LightningModule):
             reference) or "auto" (batched). Both compute the same meta-gradients (tests/engines).
         chunk_size: tasks the batched engine vectorises at once (None: all); bounds evaluation memory.
         capture: speed-up of the batched engine's training steps: "auto" (on CUDA: "compile" for a run of at
-            least ``COMPILE_MIN_STEPS`` steps on one GPU, "cuda_graph" otherwise, data-parallel training included),
+            least ``COMPILE_MIN_STEPS`` steps on one GPU, else "cuda_graph", data-parallel training among them),
             "none", "cuda_graph" (the whole step replayed as CUDA graphs: the same kernels as eager, up to 5x faster
             on a GPU) or "compile" (as "cuda_graph", with the inner loop and predictions of training and
             evaluation compiled by ``torch.compile`` inside the graphs: 1.8x faster steps on Omniglot 20w1s after
