@@ -15,10 +15,12 @@ Methods are config overrides only (``METHODS``): MAML (``CrossEntropyLoss``, ``R
 budget configs: 2), so a budget of 10,000 lasts 5,000 steps for each; Units-ST scores as many candidate query sets
 per step as Units-ML (``candidates = tasks x query_sets``) and keeps the ``tasks`` most uncertain.
 
-Each run has its folder, ``<root>/<config>/<method>/seed<k>``: a CSV logger there (no W&B needed; Lightning's
-``CSVLogger`` starts ``metrics.csv`` afresh when a run resumes; ``--logger config`` keeps the config's logger, the
-shipped configs' offline W&B, which keeps every segment, its ``save_dir`` moved there), checkpoints in
-``<logger>/<version>/checkpoints/``, the console output of every command in ``console/``, test results in
+Each run has its folder, ``<root>/<config>/<method>/seed<k>``: a CSV logger there (no W&B needed;
+``--logger config`` keeps the config's logger, the shipped configs' offline W&B, which keeps every segment, its
+``save_dir`` moved there), checkpoints in ``<logger>/<version>/checkpoints/``, the ``metrics.csv`` of each earlier
+fit segment in ``metrics/segment-<NN>.csv`` (Lightning's ``CSVLogger`` deletes the ``metrics.csv`` of the version
+a resumed fit continues, so ``keep_metrics`` moves it there before each segment; ``run_metrics`` stitches the
+whole history back together, each step once), the console output of every command in ``console/``, test results in
 ``test/<checkpoint>/results.json``, a record of every command (arguments, commit, device, wall time, exit status)
 in ``run.json``, and ``done.json`` once every test has succeeded. Runs with ``done.json`` are skipped; any other
 is continued: ``fit --ckpt_path last`` (a new run where no ``last.ckpt`` exists yet), then the tests that have no
@@ -53,9 +55,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import json
 import math
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -570,6 +574,96 @@ def read_results(run: Run, target: Target) -> dict | None:
     return results if isinstance(results, dict) and "accuracy" in results else None
 
 
+# --- the metrics of every fit segment ---------------------------------------------------------------------------
+
+SEGMENTS = "metrics"
+"""The folder of a run that keeps the ``metrics.csv`` of its earlier fit segments, as ``segment-<NN>.csv``."""
+SEGMENT_FILE = re.compile(r"segment-(\d+)\.csv")
+
+
+def _segment_index(path: Path) -> int | None:
+    match = SEGMENT_FILE.fullmatch(path.name)
+    return int(match.group(1)) if match else None
+
+
+def current_metrics(folder: Path) -> list[Path]:
+    """The ``metrics.csv`` files of the CSV loggers of a run folder (``<name>/<version>/metrics.csv``), oldest
+    first: one, unless a fit started afresh in a new version (no ``last.ckpt`` to continue)."""
+    found = [p for p in folder.glob("*/*/metrics.csv") if p.parts[-3] not in ("test", SEGMENTS) and p.is_file()]
+    return sorted(found, key=lambda p: (p.stat().st_mtime_ns, str(p)))
+
+
+def saved_segments(folder: Path) -> list[Path]:
+    """The ``metrics/segment-<NN>.csv`` of a run folder, by NN (the order they were written)."""
+    found = [p for p in (folder / SEGMENTS).glob("segment-*.csv") if _segment_index(p) is not None]
+    return sorted(found, key=lambda p: (_segment_index(p), p.name))
+
+
+def keep_metrics(folder: Path) -> list[Path]:
+    """Move the ``metrics.csv`` of a run folder aside before a fit segment starts (the ``CSVLogger`` of a resumed
+    fit would delete it): to ``metrics/segment-<NN>.csv``, NN the fit segment that wrote it (the last one ``run.json``
+    records), but above every NN saved before, so that the files sort in the order they were written; a name
+    already taken gets the next free one, so nothing is overwritten. The paths written."""
+    record = read_json(folder / RECORD)
+    fit = record.get("fit") if isinstance(record, dict) else None
+    recorded = len(fit.get("segments") or []) if isinstance(fit, dict) else 0
+    following = max((_segment_index(p) for p in saved_segments(folder)), default=-1) + 1
+    current, kept = current_metrics(folder), []
+    for i, path in enumerate(current):
+        index = max(recorded - len(current) + i, following)
+        while (folder / SEGMENTS / f"segment-{index:02d}.csv").exists():
+            index += 1
+        target = folder / SEGMENTS / f"segment-{index:02d}.csv"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(path, target)
+        kept.append(target)
+        following = index + 1
+    return kept
+
+
+def read_metrics(path: Path) -> list[dict[str, str]]:
+    """The rows of a ``metrics.csv``, as ``csv.DictReader`` gives them (its own header's keys, ``""`` where empty)."""
+    with open(path, newline="") as file:
+        return list(csv.DictReader(file))
+
+
+def _step(row: Mapping[str, Any]) -> int | None:
+    try:
+        return int(float(row.get("step") or ""))
+    except (ValueError, OverflowError):
+        return None
+
+
+def stitch_metrics(segments: Iterable[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """The rows of successive fit segments as one history: a segment that starts at step ``s`` (its first row's)
+    supersedes the rows at step ``s`` and after of those before it (a resumed fit restarts from its checkpoint,
+    which can be before the last steps the stopped one logged). Rows keep their own keys; rows without a step are
+    kept."""
+    history: list[dict[str, Any]] = []
+    for rows in segments:
+        start = next((step for step in map(_step, rows) if step is not None), None)
+        if start is not None:
+            history = [row for row in history if (step := _step(row)) is None or step < start]
+        history.extend(dict(row) for row in rows)
+    return history
+
+
+def run_metrics(folder: Path) -> list[dict[str, Any]]:
+    """The whole metrics history of a run folder (every fit segment's, ``stitch_metrics``), in step order."""
+    return stitch_metrics(read_metrics(p) for p in [*saved_segments(folder), *current_metrics(folder)])
+
+
+def best_validation(rows: Iterable[Mapping[str, Any]], key: str = "val/acc") -> dict[str, Any] | None:
+    """The best ``key`` of a metrics history and its step, and how many validations logged it (``None``: none)."""
+    logged = [
+        (float(row[key]), step) for row in rows if row.get(key) not in (None, "") and (step := _step(row)) is not None
+    ]
+    if not logged:
+        return None
+    value, step = max(logged, key=lambda pair: (pair[0], -pair[1]))
+    return {"value": value, "step": step, "validations": len(logged)}
+
+
 def fit_finished(run: Run, options: Options) -> bool:
     """The fit returned 0 once (recorded), the command's summary (written only after a whole fit) exists, or the
     newest ``last.ckpt`` has spent the label budget (a fit killed after it, which ``--ckpt_path last`` refuses)."""
@@ -765,6 +859,7 @@ def execute_run(run: Run, launcher: Launcher, gpu: str | None, options: Options)
     if state == "done" or state.startswith("conflict"):
         return state
     if not fit_finished(run, options):
+        keep_metrics(run.folder)
         returncode = _execute(run, fit_command(run, options), "fit", launcher, gpu, options)
         if _stopped(returncode, launcher):
             return "stopped"
@@ -926,6 +1021,7 @@ def collect(runs: Sequence[Run]) -> dict[str, Any]:
                 "test_wall_s": round(sum(t.get("wall_s", 0.0) for t in record.get("tests", {}).values()), 2),
                 "commits": sorted({s.get("commit") or "unknown" for s in segments}),
                 "devices": sorted({s.get("device") or "unknown" for s in segments}),
+                "best_val": best_validation(run_metrics(run.folder)),
             }
         )
     for config in {r.config.name: r.config for r in runs}.values():
@@ -1068,14 +1164,21 @@ def _short_commit(commit: str) -> str:
 
 
 def _runs_table(records: Sequence[Mapping[str, Any]], config: str) -> list[str]:
-    """Per finished run: fit wall time (all segments), device and commit; then one fit command per method."""
+    """Per finished run: fit wall time (all segments), its best validation accuracy over every segment's metrics
+    (runs before ``keep_metrics``: over the last segment's only), device and commit; then one fit command per
+    method."""
     mine = [r for r in records if r["config"] == config]
     if not mine:
         return []
-    lines = ["| Method | Seed | Fit wall time | Fit segments | Device | Commit |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| Method | Seed | Fit wall time | Fit segments | Best val/acc (step; validations logged) | Device | Commit |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in mine:
+        best = r.get("best_val")
+        shown_best = f"{100 * best['value']:.2f}% ({best['step']:,}; {best['validations']})" if best else ""
         lines.append(
-            f"| {r['method']} | {r['seed']} | {r['fit_wall_s'] / 60:.1f} min | {r['fit_segments']} | "
+            f"| {r['method']} | {r['seed']} | {r['fit_wall_s'] / 60:.1f} min | {r['fit_segments']} | {shown_best} | "
             f"{', '.join(r['devices'])} | {', '.join(_short_commit(c) for c in r['commits'])} |"
         )
     first: dict[str, Mapping[str, Any]] = {}

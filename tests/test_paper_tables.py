@@ -339,6 +339,117 @@ def test_a_folder_made_with_other_arguments_is_not_continued(tmp_path):
     assert outcome.startswith(f"conflict: {partial.folder} was made with other arguments")
 
 
+# --- the metrics of every fit segment ---------------------------------------------------------------------------
+
+
+def _write_csv(path: Path, header: str, *rows: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join([header, *rows]) + "\n")
+    return path
+
+
+class StoppedFit(pt.Launcher):
+    """A fit stopped by SIGTERM that, as Lightning's ``CSVLogger`` continuing ``version_0``, deletes the
+    ``metrics.csv`` there and writes its own rows (``step,val/acc``; no file without rows)."""
+
+    def __init__(self, *rows: str):
+        super().__init__({})
+        self.rows, self.commands = rows, []
+
+    def run(self, command, log, gpu):
+        self.commands.append(command)
+        folder = Path(next(c for c in command if c.startswith("--trainer.default_root_dir=")).split("=", 1)[1])
+        metrics = folder / "budget_omniglot_5w1s" / "version_0" / "metrics.csv"
+        metrics.unlink(missing_ok=True)
+        if self.rows:
+            _write_csv(metrics, "step,val/acc", *self.rows)
+        return 143
+
+
+def _steps_and_accuracy(rows) -> list[tuple[str, str | None]]:
+    return [(row["step"], row.get("val/acc")) for row in rows]
+
+
+def test_each_fit_segment_keeps_the_metrics_of_those_before(tmp_path):
+    options, (_, partial, _) = _prepare(tmp_path)
+    segments = [("4,0.5", "9,0.6"), ("5,0.55", "9,0.62", "14,0.7"), (), ("10,0.65", "19,0.8")]
+    for rows in segments:  # the third segment is stopped before it logs anything
+        assert pt.execute_run(partial, StoppedFit(*rows), None, options) == "stopped"
+    saved = partial.folder / "metrics"
+    assert sorted(p.name for p in saved.iterdir()) == ["segment-00.csv", "segment-01.csv"]
+    assert (saved / "segment-00.csv").read_text() == "step,val/acc\n4,0.5\n9,0.6\n"
+    assert (saved / "segment-01.csv").read_text() == "step,val/acc\n5,0.55\n9,0.62\n14,0.7\n"
+    current = partial.folder / "budget_omniglot_5w1s" / "version_0" / "metrics.csv"
+    assert pt.current_metrics(partial.folder) == [current]
+    # Every step once, the latest segment's: 9 and 14 were logged again after the resumes at 5 and 10.
+    history = [("4", "0.5"), ("5", "0.55"), ("9", "0.62"), ("10", "0.65"), ("19", "0.8")]
+    assert _steps_and_accuracy(pt.run_metrics(partial.folder)) == history
+    # Set aside before the next segment, named after the one that wrote it (the fourth in run.json).
+    assert pt.keep_metrics(partial.folder) == [saved / "segment-03.csv"]
+    assert not current.exists() and pt.current_metrics(partial.folder) == []
+    assert _steps_and_accuracy(pt.run_metrics(partial.folder)) == history
+    assert pt.keep_metrics(partial.folder) == []  # nothing new: nothing moved
+
+
+def test_metrics_set_aside_never_replace_a_segment_saved_before(tmp_path):
+    # run.json records one fit segment, whose metrics are saved already; two versions wrote metrics.csv since (fits
+    # this script did not record, as when it is killed): both follow the saved one, oldest first.
+    folder = tmp_path / "run"
+    pt.write_json(folder / pt.RECORD, {"fit": {"finished": False, "segments": [{"returncode": 143}]}})
+    _write_csv(folder / "metrics" / "segment-00.csv", "step,val/acc", "1,0.1")
+    newer = _write_csv(folder / "logs" / "version_0" / "metrics.csv", "step,val/acc", "2,0.2")
+    older = _write_csv(folder / "logs" / "version_1" / "metrics.csv", "step,val/acc", "0,0.3")
+    os.utime(older, ns=(1_000_000_000, 1_000_000_000))
+    assert pt.current_metrics(folder) == [older, newer]
+    assert pt.keep_metrics(folder) == [folder / "metrics" / "segment-01.csv", folder / "metrics" / "segment-02.csv"]
+    assert [p.read_text().splitlines()[1] for p in pt.saved_segments(folder)] == ["1,0.1", "0,0.3", "2,0.2"]
+
+
+def test_the_history_of_a_run_is_its_segments_stitched_each_step_once():
+    first = [
+        {"step": "0", "train/loss": "2.0"},
+        {"step": "49", "val/acc": "0.4"},
+        {"step": "99", "val/acc": "0.5"},
+        {"step": "120", "train/loss": "1.0"},
+    ]
+    # Resumed from its checkpoint at step 99: the first segment's 99 and 120 are superseded; a new column.
+    second = [{"step": "99", "val/acc": "0.52", "val/vacuity": "0.3"}, {"step": "149", "val/acc": "0.6"}]
+    third = [{"step": "200", "val/acc": "0.7"}]  # resumed after the last step logged: nothing superseded
+    history = pt.stitch_metrics([first, second, [], third])
+    assert history == [*first[:2], *second, *third]
+    assert pt.stitch_metrics([first]) == first and pt.stitch_metrics([]) == []
+    # A segment starting at step 0 (a fit started afresh) supersedes everything before it.
+    assert pt.stitch_metrics([first, second, [{"step": "0", "val/acc": "0.1"}]]) == [{"step": "0", "val/acc": "0.1"}]
+
+
+def test_the_history_is_read_from_the_saved_segments_in_order_then_the_current_metrics(tmp_path):
+    folder = tmp_path / "run"
+    _write_csv(folder / "metrics" / "segment-100.csv", "epoch,step,val/acc,val/vacuity", "1,30,0.7,", "1,40,,0.2")
+    _write_csv(folder / "metrics" / "segment-99.csv", "step,val/acc", "10,0.5", "20,0.6", "35,0.65")
+    (folder / "metrics" / "notes.txt").write_text("not a segment")
+    _write_csv(folder / "logs" / "version_0" / "metrics.csv", "step,val/acc", "40,0.8")
+    _write_csv(folder / "test" / "top1-val" / "metrics.csv", "step,val/acc", "0,0.0")  # not the fit's
+    assert pt.run_metrics(folder) == [
+        {"step": "10", "val/acc": "0.5"},
+        {"step": "20", "val/acc": "0.6"},
+        {"epoch": "1", "step": "30", "val/acc": "0.7", "val/vacuity": ""},
+        {"step": "40", "val/acc": "0.8"},
+    ]
+
+
+def test_the_best_validation_is_the_highest_logged_and_the_earliest_step_of_a_tie():
+    rows = [
+        {"step": "9", "train/loss": "1.0"},
+        {"step": "99", "val/acc": "0.5"},
+        {"step": "199", "val/acc": "0.7"},
+        {"step": "299", "val/acc": "0.7"},
+        {"step": "399", "val/acc": ""},
+        {"val/acc": "0.9"},  # no step: not counted
+    ]
+    assert pt.best_validation(rows) == {"value": 0.7, "step": 199, "validations": 3}
+    assert pt.best_validation(rows[:1]) is None and pt.best_validation([]) is None
+
+
 def test_the_time_limit_stops_launching_sends_sigterm_and_kills_what_ignores_it(tmp_path, monkeypatch):
     (tmp_path / "data" / "omniglot").mkdir(parents=True)
     options = _options(tmp_path / "root", tmp_path / "data")
@@ -446,6 +557,10 @@ def test_tables_hold_mean_and_ci_over_seeds_beside_the_papers_numbers(tmp_path):
         pt.write_json(run.folder / pt.DONE, {"finished": "now"})
     unfinished = _grid(options.root, seeds=(3,), methods=("Units-ML",))[0]
     _finish_test(unfinished, "labels-04000", 0.10)  # no done.json: left out
+    # One run's validation history in two fit segments: the best over both, with its step, in its runs row.
+    nts0 = next(r for r in standard if r.method == "Units-NTS" and r.seed == 0)
+    _write_csv(nts0.folder / "metrics" / "segment-00.csv", "step,val/acc", "999,0.40", "1999,0.47")
+    _write_csv(nts0.folder / "miniimagenet_5w1s" / "version_0" / "metrics.csv", "step,val/acc", "2999,0.45")
 
     written = pt.write_tables([*budget, unfinished, *standard], tmp_path / "tables", extra=["--data.test_tasks=60"])
     tables = json.loads(written["json"].read_text())
@@ -472,6 +587,13 @@ def test_tables_hold_mean_and_ci_over_seeds_beside_the_papers_numbers(tmp_path):
     )
     assert "| miniimagenet_5w1s, paper | 51.38 | 50.86 | 61.25 | 82.26 |" in text
     assert "not comparable with the paper's" in text and "![budget_omniglot_5w1s](budget_omniglot_5w1s.png)" in text
+    nts0_row = next(line for line in text.splitlines() if line.startswith("| Units-NTS | 0 | "))
+    assert "| 47.00% (1,999; 3) |" in nts0_row
+    assert next(r for r in tables["runs"] if r["folder"] == pt.shown(nts0.folder))["best_val"] == {
+        "value": 0.47,
+        "step": 1999,
+        "validations": 3,
+    }
     assert "Every run with the overrides `--data.test_tasks=60`: not the configs' protocol" in text
     assert written["budget_omniglot_5w1s"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -523,6 +645,11 @@ def test_end_to_end_through_the_command_line_resumed_then_skipped_on_a_second_ca
     assert "2 done" in capsys.readouterr().out
     fit_log = (partial.folder / "console" / "fit.log").read_text()
     assert "--ckpt_path last: resuming from " in fit_log and "last.ckpt (step 3, " in fit_log
+    # The metrics of the stopped fit were set aside before the resumed one; the history holds both validations.
+    (saved,) = pt.saved_segments(partial.folder)
+    assert saved.name == "segment-00.csv" and len(pt.current_metrics(partial.folder)) == 1
+    validations = [int(row["step"]) for row in pt.run_metrics(partial.folder) if row.get("val/acc")]
+    assert len(validations) == 2 and validations[0] < 3 <= validations[1]  # validation every 3 steps, stopped at 3
     assert first.stat().st_mtime_ns == first_written  # reached before the stop: not saved again
     last = torch.load(first.with_name("labels-00012.ckpt"), map_location="cpu", weights_only=True)
     assert last["global_step"] == 6 and last["label_ledger"]["query_sets"] == 12
