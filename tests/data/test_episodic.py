@@ -60,6 +60,22 @@ def test_evaluation_tasks_are_fixed_and_independent_of_batching():
     assert val_classes(4).shape == (6, 5)
 
 
+def test_evaluation_tasks_are_drawn_once_and_every_later_pass_repeats_them(monkeypatch):
+    data = tiny_data(RandomSampler(tasks=2), val_tasks=6, eval_batch_tasks=4)
+    data.setup("validate")
+    loader = data.val_dataloader()
+    first = list(loader)
+    sampler = loader.dataset.sampler
+    calls = []
+    monkeypatch.setattr(sampler, "sample", lambda *args: calls.append(args) or pytest.fail("drew a task again"))
+    again = list(loader)  # a later validation of the same fit: the kept tasks, the same images and labels
+    assert calls == [] and len(again) == len(first) == 2
+    for a, b in zip(first, again, strict=True):
+        assert torch.equal(a.classes, b.classes) and torch.equal(a.support_x, b.support_x)
+        assert torch.equal(a.query_x, b.query_x) and torch.equal(a.support_y, b.support_y)
+        assert a.classes.data_ptr() != b.classes.data_ptr()  # fresh tensors: a consumer may change its batch
+
+
 def test_seed_changes_the_training_stream():
     def first_classes(seed):
         data = tiny_data(RandomSampler(tasks=2), seed=seed)

@@ -93,7 +93,8 @@ class EpisodeDataset(Dataset):
     (default: all ``num_tasks``; under data-parallel evaluation, this process's ``evaluation_shard``), the last
     item fewer where they do not divide. Each task is drawn from its own generator, seeded by its number among
     all ``num_tasks``, so the fixed evaluation tasks depend neither on how they are batched nor on how many
-    processes share them.
+    processes share them; so each evaluation task is drawn once and kept (its indices, not its images), and every
+    later validation reuses it.
     """
 
     def __init__(
@@ -111,6 +112,7 @@ class EpisodeDataset(Dataset):
         self.seed, self.stream, self.rank = seed, _STREAMS[stream], rank
         self.num_tasks, self.tasks_per_item = num_tasks, tasks_per_item
         self.tasks = tasks if tasks is not None else range(num_tasks or 0)
+        self._drawn: dict[int, EpisodeIndices] = {}  # evaluation task number -> its indices
         if num_tasks is not None and len(self.tasks) and not 0 <= min(self.tasks) <= max(self.tasks) < num_tasks:
             raise ValueError(f"tasks must lie in 0 .. {num_tasks - 1}, got {self.tasks}")
 
@@ -128,7 +130,12 @@ class EpisodeDataset(Dataset):
         if not 0 <= index < len(self):
             raise IndexError(f"evaluation batch {index} out of range: {len(self)} batches")
         tasks = self.tasks[index * self.tasks_per_item : (index + 1) * self.tasks_per_item]
-        return build_batch(self.images, _concatenate([self.sampler.sample(self._rng(t), t) for t in tasks]), index)
+        return build_batch(self.images, _concatenate([self._evaluation_task(t) for t in tasks]), index)
+
+    def _evaluation_task(self, task: int) -> EpisodeIndices:
+        if task not in self._drawn:
+            self._drawn[task] = self.sampler.sample(self._rng(task), task)
+        return self._drawn[task]
 
 
 class StepSampler(DistributedSampler):
