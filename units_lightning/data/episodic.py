@@ -93,8 +93,8 @@ class EpisodeDataset(Dataset):
     (default: all ``num_tasks``; under data-parallel evaluation, this process's ``evaluation_shard``), the last
     item fewer where they do not divide. Each task is drawn from its own generator, seeded by its number among
     all ``num_tasks``, so the fixed evaluation tasks depend neither on how they are batched nor on how many
-    processes share them; so each evaluation task is drawn once and kept (its indices, not its images), and every
-    later validation reuses it.
+    processes share them. Each evaluation task is drawn once and kept (its indices, not its images): every later
+    validation of the same fit reuses it.
     """
 
     def __init__(
