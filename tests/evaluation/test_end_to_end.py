@@ -64,6 +64,10 @@ def test_validation_logs_the_uncertainty_metrics(trained):
     (metrics_file,) = root.glob("fit/*/metrics.csv")
     header = metrics_file.read_text().splitlines()[0].split(",")
     for key in (
+        "val/acc",
+        "val/loss",
+        "val/vacuity",
+        "val/dissonance",
         "val/acc_ci95",
         "val/acc_vacuity_below_0p20",
         "val/coverage_vacuity_below_0p10",

@@ -63,16 +63,23 @@ def test_uncertainty_metrics_report_and_stable_keys():
     assert results["tasks"] == 7 and results["queries"] == 42
     assert results["accuracy"]["mean"] == pytest.approx(float(correct.float().mean()))
     assert results["vacuity"]["mean"] == pytest.approx(float(vacuity.mean()))
-    assert sorted(metrics.scalars(results)) == [
+    scalars = metrics.scalars(results)
+    assert scalars["acc"] == results["accuracy"]["mean"] and scalars["vacuity"] == results["vacuity"]["mean"]
+    assert sorted(scalars) == [
+        "acc",
         "acc_ci95",
         "acc_vacuity_below_0p10",
         "acc_vacuity_below_0p20",
         "aurc",
+        "correct_belief",
         "coverage_vacuity_below_0p10",
         "coverage_vacuity_below_0p20",
+        "dissonance",
         "ece",
+        "incorrect_belief",
         "selective_acc_100",
         "selective_acc_50",
+        "vacuity",
     ]
     metrics.reset()
     assert float(metrics.accuracy.count) == 0 and float(metrics.curve.total) == 0

@@ -127,11 +127,13 @@ class UncertaintyMetrics(nn.Module):
     def scalars(self, results: Mapping[str, Any]) -> dict[str, float]:
         """The single numbers of ``compute()``'s results under their stable logged names (``None`` as nan).
 
-        ``acc_ci95``, ``acc_vacuity_below_<t>``, ``coverage_vacuity_below_<t>`` (``<t>`` as ``0p20``),
-        ``selective_acc_<pct>``, ``aurc``, ``ece`` (names of ``units_lightning.keys``; the means of accuracy and
-        beliefs are logged by the module's steps already).
+        ``acc`` and the four beliefs (their means over the tasks), ``acc_ci95``, ``acc_vacuity_below_<t>``,
+        ``coverage_vacuity_below_<t>`` (``<t>`` as ``0p20``), ``selective_acc_<pct>``, ``aurc``, ``ece`` (names of
+        ``units_lightning.keys``).
         """
-        values: dict[str, float | None] = {keys.ACC_CI95: results["accuracy"]["ci95"]}
+        values: dict[str, float | None] = {keys.ACC: results["accuracy"]["mean"]}
+        values.update({name: results[name]["mean"] for name in keys.BELIEFS})
+        values[keys.ACC_CI95] = results["accuracy"]["ci95"]
         for row in results["vacuity_thresholds"]:
             values[keys.acc_vacuity_below(row["threshold"])] = row["accuracy"]
             values[keys.coverage_vacuity_below(row["threshold"])] = row["coverage"]
