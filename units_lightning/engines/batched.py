@@ -99,11 +99,8 @@ class BatchedEngine(nn.Module):
         self._step_kwarg = accepts_step(model)
         self.capture = capture
         self.vectorize = vectorize
-        self._bind_functions()
-        graphs = capture in ("auto", "cuda_graph")
-        self._graphed = GraphedInnerLoop(self) if graphs else None
+        self._bind_capture()
         self._graphs_suspended = False  # inside ``eager()``
-        self._graphed_evaluation = GraphedInference() if self.captures else None
         if compile_scoring not in ("auto", True, False):
             raise ValueError(f"compile_scoring must be 'auto', True or False, got {compile_scoring!r}")
         self.compile_scoring = compile_scoring
@@ -118,6 +115,14 @@ class BatchedEngine(nn.Module):
         self._compiled_adapt = self._compiling(self._adapt_all) if compile else self._adapt_all
         self._compiled_predict = self._compiling(self._predict_all) if compile else self._predict_all
         self._compiled_predict_sets = self._compiling(self._predict_sets) if compile else self._predict_sets
+
+    def _bind_capture(self) -> None:
+        """The functions and graphs of ``capture``: the inner-loop graphs under "auto" and "cuda_graph" (under
+        "compile" its compiled kernels run inside the caller's whole-step graph), fresh evaluation graphs under every
+        capture but "none" (graphs captured from other functions are never replayed)."""
+        self._bind_functions()
+        self._graphed = GraphedInnerLoop(self) if self.capture in ("auto", "cuda_graph") else None
+        self._graphed_evaluation = GraphedInference() if self.captures else None
 
     def _compiling(self, function: Any) -> Any:
         """``torch.compile(function)``, falling back for good to CUDA graphs of the uncompiled function (after one
@@ -146,9 +151,7 @@ class BatchedEngine(nn.Module):
             raise ValueError(f"use_capture takes 'cuda_graph' or 'compile', got {capture!r}")
         _check_compilable(capture, self.vectorize)
         self.capture = capture
-        self._bind_functions()
-        self._graphed = GraphedInnerLoop(self) if capture == "cuda_graph" else None
-        self._graphed_evaluation = GraphedInference()  # evaluation graphs of the other functions are dropped
+        self._bind_capture()
 
     def __getstate__(self) -> dict[str, Any]:
         # A compiled function belongs to this instance (a deep copy would share it, and with it this instance's
