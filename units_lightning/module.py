@@ -30,7 +30,7 @@ from units_lightning.callbacks.non_finite import NonFiniteGuard
 from units_lightning.callbacks.results_writer import ResultsWriter
 from units_lightning.collectives import sum_over_ranks
 from units_lightning.engines import EngineName, EnsembleEngine, InnerLRMode, build_engine
-from units_lightning.engines.cuda_graph import GraphedCalls
+from units_lightning.engines.cuda_graph import GraphedCalls, state_of
 from units_lightning.episode import SealedLabels, TaskBatch
 from units_lightning.evaluation.checkpoints import check_shapes
 from units_lightning.evaluation.ensemble import CheckpointEnsemble, load_engines
@@ -387,7 +387,7 @@ class UnitsMAML(pl.LightningModule):
         forward, names = self._step_function(batch.classes, scored, count)
         inputs = (batch.support_x, batch.support_y, batch.query_x, sealed, self._step_scalars)
         try:
-            outputs = self._step_graphs(key, forward, inputs)
+            outputs = self._step_graphs(key, forward, inputs, state_of(self.inner_loss))
         except Exception as error:  # noqa: BLE001 - whatever keeps the step from capturing, it still runs eagerly
             rank_zero_warn(
                 f"capturing the training step as a CUDA graph failed ({type(error).__name__}: {error}); this run steps "

@@ -149,3 +149,52 @@ def test_replayed_evaluation_equals_eager_and_reads_the_current_weights(captured
     for got, want in zip(results[captured], results["none"], strict=True):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-13)
     assert not torch.equal(results["none"][0], results["none"][2])
+
+
+def _fill_freed_memory_with_nan() -> list:
+    """Take the cached blocks that a module left behind (as after ``module.cpu()``) and fill them with NaN, so that a
+    graph still reading them gives NaN (or faults) instead of the old weights by luck."""
+    free = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+    return [torch.full((max(free // 8, 1),), float("nan"), dtype=torch.float64, device="cuda")]
+
+
+@CUDA
+def test_evaluation_after_the_model_went_to_the_cpu_and_back_reads_its_new_weights():
+    # Lightning moves the model to the CPU when fit, validate or test ends, and back for the next one: graphs
+    # captured before must not be replayed (they read the old storage by address).
+    results = {}
+    for capture in ("none", "cuda_graph"):
+        model = make_model(capture, RandomSampler(tasks=TASKS), device="cuda").eval()
+        episode = batch(device="cuda")
+        sets = [episode.query_x[:, 0], episode.query_x[:, 1]]
+        first = model.adapt_and_predict_sets(episode.support_x, episode.support_y, sets)
+        model.cpu()
+        squatters = _fill_freed_memory_with_nan()
+        model.cuda()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(0.9)
+        second = model.adapt_and_predict_sets(episode.support_x, episode.support_y, sets)
+        del squatters
+        results[capture] = first + second
+    for got, want in zip(results["cuda_graph"], results["none"], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-13)
+    assert len(model.engine._graphed_evaluation._graphs) == 1  # the stale graph was dropped, not kept beside
+
+
+@CUDA
+@pytest.mark.parametrize("captured", ["cuda_graph", "compile"])
+def test_training_after_the_model_went_to_the_cpu_and_back_equals_eager(captured):
+    # A second fit in one process (a notebook): the captured steps read the inner loss's eta by address.
+    runs = {}
+    for capture in ("none", captured):
+        model = make_model(capture, MultiQuerySampler(tasks=TASKS, query_sets=QUERY_SETS), device="cuda")
+        runs[capture] = _train(model, 2, "cuda")
+        model.cpu()
+        squatters = _fill_freed_memory_with_nan()
+        model.cuda()
+        runs[capture] += _train(model, 2, "cuda")
+        del squatters
+    for eager, replayed in zip(runs["none"], runs[captured], strict=True):
+        error = (replayed["grad"] - eager["grad"]).norm() / eager["grad"].norm()
+        assert error < 1e-10, float(error)

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
 from units_lightning.engines.base import InnerLoss, accepts_step, inner_loop_parameters
-from units_lightning.engines.cuda_graph import GraphedInference, GraphedInnerLoop
+from units_lightning.engines.cuda_graph import GraphedInference, GraphedInnerLoop, state_of
 from units_lightning.engines.inner_lr import InnerLearningRates, InnerLRMode
 
 __all__ = ["AdaptedWeights", "BatchedEngine"]
@@ -214,7 +214,7 @@ class BatchedEngine(nn.Module):
         if self._graphed_evaluation is not None and support_x.is_cuda and steps > 0:
             key = (support_x.shape, support_y.shape, query_x.shape, support_x.dtype, steps, id(loss), self.training)
             key += (torch.is_autocast_enabled("cuda"),)
-            logits = self._graphed_evaluation(key, run, (support_x, support_y, query_x))
+            logits = self._graphed_evaluation(key, run, (support_x, support_y, query_x), state_of(self, loss))
             if logits is not None:
                 return logits[0]
         return run(support_x, support_y, query_x)[0]

@@ -7,7 +7,7 @@ backward pass) and evaluation (``GraphedInference``: adaptation and prediction, 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -18,7 +18,20 @@ from torch.func import functional_call
 
 from units_lightning.engines.base import InnerLoss
 
-__all__ = ["GraphedCalls", "GraphedInference", "GraphedInnerLoop"]
+__all__ = ["GraphedCalls", "GraphedInference", "GraphedInnerLoop", "addresses", "state_of"]
+
+
+def state_of(*modules: object) -> list[Tensor]:
+    """The parameters and buffers of each ``nn.Module`` among ``modules`` (others are skipped): what a captured
+    function reads by address besides its inputs."""
+    return [t for m in modules if isinstance(m, nn.Module) for t in (*m.parameters(), *m.buffers())]
+
+
+def addresses(tensors: Iterable[Tensor]) -> tuple[tuple[torch.device, int], ...]:
+    """Where ``tensors`` live. A graph reads by address, so a graph captured elsewhere must not be replayed: moving a
+    module (Lightning moves it to the CPU after ``fit`` and back for ``test``) gives its tensors new storage, and a
+    replay would read freed memory."""
+    return tuple((t.device, t.data_ptr()) for t in tensors)
 
 
 class _Bound(nn.Module):
@@ -41,7 +54,8 @@ class GraphedCalls:
     function, so ``loss.backward()``, the optimizer and data-parallel gradient hooks work unchanged.
 
     The captured function must not read the device from the host, and must read changing values from tensors whose
-    storage stays put (the graph reads them by address). Each key holds its own graphs and memory pool; past
+    storage stays put (the graph reads them by address: ``reads``). Where the module's tensors or ``reads`` have
+    moved since a key's capture, that key is captured anew. Each key holds its own graphs and memory pool; past
     ``max_graphs`` keys, ``__call__`` returns None (the caller runs eagerly) and warns once.
 
     Args:
@@ -52,7 +66,7 @@ class GraphedCalls:
 
     def __init__(self, module: nn.Module, max_graphs: int = 4, what: str = "the inner loop"):
         self.module, self.max_graphs, self.what = module, max_graphs, what
-        self._graphs: dict[Hashable, Callable[..., Any]] = {}
+        self._graphs: dict[Hashable, tuple[Callable[..., Any], tuple]] = {}
         self._warned = False
 
     def __getstate__(self) -> dict[str, Any]:
@@ -61,16 +75,26 @@ class GraphedCalls:
         return {**self.__dict__, "_graphs": {}, "_warned": False}
 
     def __call__(
-        self, key: Hashable, fn: Callable[..., tuple[Tensor, ...]], inputs: Sequence[Tensor]
+        self,
+        key: Hashable,
+        fn: Callable[..., tuple[Tensor, ...]],
+        inputs: Sequence[Tensor],
+        reads: Sequence[Tensor] = (),
     ) -> tuple[Tensor, ...] | None:
         """``fn(*inputs)`` (a tuple of tensors) replayed from the graph of ``key``, captured at its first call.
+
+        ``reads`` are the tensors that ``fn`` reads by address besides its inputs and the module's parameters and
+        buffers (a loss's buffers).
 
         Returns:
             the outputs, which the next replay of the same key overwrites (clone what must outlive it); None once
             ``max_graphs`` other keys are captured: run ``fn`` eagerly then.
         """
         names, params = zip(*self.module.named_parameters(), strict=True)
-        graphed = self._graphs.get(key)
+        where = addresses((*state_of(self.module), *reads))
+        graphed, captured_at = self._graphs.pop(key, (None, where))
+        if captured_at != where:
+            graphed = None  # captured before its tensors moved: capture anew, in its place
         if graphed is None:
             if len(self._graphs) >= self.max_graphs:
                 if not self._warned:
@@ -89,7 +113,7 @@ class GraphedCalls:
                 graphed = torch.cuda.make_graphed_callables(
                     self.functional(names, fn, len(inputs)), (*inputs, *aliases), allow_unused_input=True
                 )
-            self._graphs[key] = graphed
+        self._graphs[key] = (graphed, where)
         return graphed(*inputs, *params)
 
     def functional(self, names: tuple[str, ...], fn: Callable[..., Any], num_inputs: int) -> Callable[..., Any]:
@@ -154,15 +178,16 @@ class GraphedInnerLoop:
             torch.is_autocast_enabled("cuda"),
         )
         fn = lambda x, y: self.engine(x, y, loss, steps, create_graph)  # noqa: E731
-        fast = self.calls(key, fn, (support_x, support_y))
+        fast = self.calls(key, fn, (support_x, support_y), state_of(loss))
         return self.engine(support_x, support_y, loss, steps, create_graph) if fast is None else fast
 
 
 class GraphedInference:
     """Functions without a backward pass (evaluation: adapt, then predict) captured with ``torch.cuda.graph`` per key.
 
-    The function reads the module's weights by address, so replays see the current weights. The outputs are cloned
-    out of the graph's memory, so they outlive the next replay.
+    The function reads the module's weights by address (``reads``), so replays see the current weights; where they
+    have moved since a key's capture (the module went to another device and back), that key is captured anew. The
+    outputs are cloned out of the graph's memory, so they outlive the next replay.
 
     If a capture fails, that function runs eagerly from then on (``__call__`` returns None), after one warning.
 
@@ -172,21 +197,27 @@ class GraphedInference:
 
     def __init__(self, max_graphs: int = 4):
         self.max_graphs = max_graphs
-        self._graphs: dict[Hashable, tuple[torch.cuda.CUDAGraph, list[Tensor], tuple[Tensor, ...]]] = {}
+        self._graphs: dict[Hashable, tuple[torch.cuda.CUDAGraph, list[Tensor], tuple[Tensor, ...], tuple]] = {}
         self.failed = False
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_graphs": {}}
 
     def __call__(
-        self, key: Hashable, fn: Callable[..., tuple[Tensor, ...]], inputs: Sequence[Tensor]
+        self, key: Hashable, fn: Callable[..., tuple[Tensor, ...]], inputs: Sequence[Tensor], reads: Sequence[Tensor]
     ) -> tuple[Tensor, ...] | None:
+        """``fn(*inputs)`` replayed from the graph of ``key`` (captured at its first call), where ``reads`` are the
+        tensors that ``fn`` reads by address besides its inputs (the weights); None where it runs eagerly."""
+        where = addresses(reads)
         captured = self._graphs.get(key)
+        if captured is not None and captured[3] != where:
+            del self._graphs[key]  # captured before the weights moved: it would read freed memory
+            captured = None
         if captured is None:
             if len(self._graphs) >= self.max_graphs or self.failed:
                 return None
             try:
-                captured = self._capture(key, fn, inputs)
+                captured = self._capture(key, fn, inputs, where)
             except Exception as error:  # noqa: BLE001 - whatever keeps it from capturing, it still runs eagerly
                 rank_zero_warn(
                     f"capturing evaluation as a CUDA graph failed ({type(error).__name__}: {error}); it runs eagerly "
@@ -194,15 +225,15 @@ class GraphedInference:
                 )
                 self.failed = True
                 return None
-        graph, static, outputs = captured
+        graph, static, outputs, _ = captured
         for buffer, x in zip(static, inputs, strict=True):
             buffer.copy_(x)
         graph.replay()
         return tuple(o.clone() for o in outputs)
 
     def _capture(
-        self, key: Hashable, fn: Callable[..., tuple[Tensor, ...]], inputs: Sequence[Tensor]
-    ) -> tuple[torch.cuda.CUDAGraph, list[Tensor], tuple[Tensor, ...]]:
+        self, key: Hashable, fn: Callable[..., tuple[Tensor, ...]], inputs: Sequence[Tensor], where: tuple
+    ) -> tuple[torch.cuda.CUDAGraph, list[Tensor], tuple[Tensor, ...], tuple]:
         static = [x.clone() for x in inputs]
         # As torch.cuda.make_graphed_callables: warm-up (lazy initialisation, cuDNN's choices) and capture on one
         # side stream, the device idle in between.
@@ -215,5 +246,5 @@ class GraphedInference:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, stream=side):
             outputs = fn(*static)
-        self._graphs[key] = (graph, static, outputs)
-        return graph, static, outputs
+        self._graphs[key] = (graph, static, outputs, where)
+        return self._graphs[key]
