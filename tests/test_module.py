@@ -7,6 +7,7 @@ from tiny_setup import tiny_data, tiny_model, tiny_trainer
 from units_lightning.losses import CrossEntropyLoss
 from units_lightning.module import COMPILE_MIN_STEPS, UnitsMAML, auto_capture
 from units_lightning.samplers import MultiQuerySampler, RandomSampler, SingleTaskSelectionSampler
+from units_lightning.schedules import Constant
 
 
 @pytest.mark.parametrize(
@@ -203,6 +204,29 @@ def test_steps_return_per_query_values_for_callbacks(tmp_path):
 class StopAfterOneStep(pl.Callback):
     def on_train_batch_end(self, trainer, *args):
         trainer.should_stop = True
+
+
+@pytest.mark.parametrize(
+    "accelerator",
+    ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"))],
+)
+def test_fit_then_test_in_one_process_equals_a_fresh_test_of_the_same_weights(tmp_path, accelerator):
+    # Lightning moves the model to the CPU when fit ends and back for test: on a GPU, the evaluation graphs that
+    # fit's validations captured must not be replayed over the memory of the weights' old copy.
+    data = tiny_data(RandomSampler(tasks=2))
+    capture = "cuda_graph" if accelerator == "cuda" else "none"
+    model = tiny_model(sampler=data.sampler, capture=capture, eta=Constant(0.5))  # as a fresh trainer's schedules
+    evaluating = dict(accelerator=accelerator, limit_val_batches=None, num_sanity_val_steps=0)
+    trainer = tiny_trainer(tmp_path, max_steps=4, val_check_interval=2, **evaluating)
+    trainer.fit(model, data)
+    if accelerator == "cuda":
+        assert model.engine._graphed_evaluation._graphs  # captured during fit, before the move
+    (after_fit,) = trainer.test(model, data, verbose=False)
+    fresh = tiny_model(sampler=data.sampler, capture="none", eta=Constant(0.5))
+    fresh.load_state_dict(model.state_dict())
+    (expected,) = tiny_trainer(tmp_path, **evaluating).test(fresh, data, verbose=False)
+    for name in ("test/acc", "test/loss", "test/vacuity", "test/dissonance"):
+        assert after_fit[name] == pytest.approx(expected[name], rel=1e-5, abs=1e-6), name
 
 
 def test_capture_auto_compiles_long_runs_on_one_gpu_only():
