@@ -11,7 +11,7 @@ import warnings
 import pytest
 import torch
 
-from units_lightning.engines.cuda_graph import GraphedCalls
+from units_lightning.engines.cuda_graph import GraphedCalls, state_of
 from units_lightning.episode import SealedLabels, TaskBatch
 from units_lightning.module import UnitsMAML
 from units_lightning.samplers import MultiQuerySampler, RandomSampler
@@ -151,11 +151,22 @@ def test_replayed_evaluation_equals_eager_and_reads_the_current_weights(captured
     assert not torch.equal(results["none"][0], results["none"][2])
 
 
-def _fill_freed_memory_with_nan() -> list:
-    """Take the cached blocks that a module left behind (as after ``module.cpu()``) and fill them with NaN, so that a
-    graph still reading them gives NaN (or faults) instead of the old weights by luck."""
+def _to_the_cpu_and_back(model: UnitsMAML) -> list:
+    """``model.cpu()`` then ``model.cuda()``, as Lightning does between ``fit`` and ``test``, with the memory the model
+    left filled with NaN in between: tensors of its tensors' sizes take their freed blocks back (the caching allocator
+    hands a freed block to the next request of its size), and one more takes what else is cached. A graph that still
+    read the old addresses gives NaN (or faults) instead of the old values by luck. Returns the fillers: keep them
+    alive until the comparison."""
+    shapes = [(t.shape, t.dtype) for t in state_of(model)]
+    model.cpu()
+    fillers = [
+        torch.full(shape, float("nan") if dtype.is_floating_point else -1, dtype=dtype, device="cuda")
+        for shape, dtype in shapes
+    ]
     free = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
-    return [torch.full((max(free // 8, 1),), float("nan"), dtype=torch.float64, device="cuda")]
+    fillers.append(torch.full((max(free // 8, 1),), float("nan"), dtype=torch.float64, device="cuda"))
+    model.cuda()
+    return fillers
 
 
 @CUDA
@@ -168,14 +179,12 @@ def test_evaluation_after_the_model_went_to_the_cpu_and_back_reads_its_new_weigh
         episode = batch(device="cuda")
         sets = [episode.query_x[:, 0], episode.query_x[:, 1]]
         first = model.adapt_and_predict_sets(episode.support_x, episode.support_y, sets)
-        model.cpu()
-        squatters = _fill_freed_memory_with_nan()
-        model.cuda()
+        fillers = _to_the_cpu_and_back(model)
         with torch.no_grad():
             for p in model.parameters():
                 p.mul_(0.9)
         second = model.adapt_and_predict_sets(episode.support_x, episode.support_y, sets)
-        del squatters
+        del fillers
         results[capture] = first + second
     for got, want in zip(results["cuda_graph"], results["none"], strict=True):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-13)
@@ -190,11 +199,9 @@ def test_training_after_the_model_went_to_the_cpu_and_back_equals_eager(captured
     for capture in ("none", captured):
         model = make_model(capture, MultiQuerySampler(tasks=TASKS, query_sets=QUERY_SETS), device="cuda")
         runs[capture] = _train(model, 2, "cuda")
-        model.cpu()
-        squatters = _fill_freed_memory_with_nan()
-        model.cuda()
+        fillers = _to_the_cpu_and_back(model)
         runs[capture] += _train(model, 2, "cuda")
-        del squatters
+        del fillers
     for eager, replayed in zip(runs["none"], runs[captured], strict=True):
         error = (replayed["grad"] - eager["grad"]).norm() / eager["grad"].norm()
         assert error < 1e-10, float(error)
