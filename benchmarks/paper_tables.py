@@ -602,8 +602,8 @@ def saved_segments(folder: Path) -> list[Path]:
 def keep_metrics(folder: Path) -> list[Path]:
     """Move the ``metrics.csv`` of a run folder aside before a fit segment starts (the ``CSVLogger`` of a resumed
     fit would delete it): to ``metrics/segment-<NN>.csv``, NN the fit segment that wrote it (the last one ``run.json``
-    records), but above every NN saved before, so that the files sort in the order they were written; a name
-    already taken gets the next free one, so nothing is overwritten. The paths written."""
+    records), but above every NN saved before, so that the files sort in the order they were written and nothing is
+    overwritten. The paths written."""
     record = read_json(folder / RECORD)
     fit = record.get("fit") if isinstance(record, dict) else None
     recorded = len(fit.get("segments") or []) if isinstance(fit, dict) else 0
@@ -611,8 +611,6 @@ def keep_metrics(folder: Path) -> list[Path]:
     current, kept = current_metrics(folder), []
     for i, path in enumerate(current):
         index = max(recorded - len(current) + i, following)
-        while (folder / SEGMENTS / f"segment-{index:02d}.csv").exists():
-            index += 1
         target = folder / SEGMENTS / f"segment-{index:02d}.csv"
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(path, target)
