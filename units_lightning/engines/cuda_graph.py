@@ -91,7 +91,7 @@ class GraphedCalls:
             ``max_graphs`` other keys are captured: run ``fn`` eagerly then.
         """
         names, params = zip(*self.module.named_parameters(), strict=True)
-        where = addresses((*state_of(self.module), *reads))
+        where = addresses((*params, *self.module.buffers(), *reads))  # state_of's order, the parameters read once
         graphed, captured_at = self._graphs.pop(key, (None, where))
         if captured_at != where:
             graphed = None  # captured before its tensors moved: capture anew, in its place
