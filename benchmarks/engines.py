@@ -11,7 +11,8 @@ Adam step on random images:
 
 With ``--capture cuda_graph`` (or ``compile``) the batched engine also runs with its training inner loop
 replayed as CUDA graphs (or under ``torch.compile``) and its scoring of candidate query sets compiled
-(``compile_scoring: auto``), as it runs by default on one GPU; the "batched" column is all eager. The capture
+(``compile_scoring: true``; by default a run compiles it where it compiles its inner loop, a long run on one GPU);
+the "batched" column is all eager. The capture
 and compile times are reported separately (first Units-NTS step, first Units-ML step) and the meta-gradient is
 checked against eager with TF32 off (``--no-check`` skips that check: under ``compile`` it compiles twice more).
 
@@ -99,7 +100,7 @@ def build(
         per_step_bn=True,
         engine=engine,
         capture=capture,
-        compile_scoring="auto" if capture != "none" else False,
+        compile_scoring=capture != "none",
         score_precision=score_precision,
         inner_steps=5,
     ).to(device)

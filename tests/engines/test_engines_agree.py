@@ -4,6 +4,7 @@ import copy
 import itertools
 import warnings
 from functools import partial
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -257,6 +258,21 @@ def test_scoring_runs_eagerly_after_one_warning_when_compiling_fails(monkeypatch
     assert engine._compiled_scoring is False
     torch.testing.assert_close(first, second, rtol=0, atol=0)
     torch.testing.assert_close(first, engine._predict_sets(adapted.fast, query_x, STEPS).detach(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(("capture", "compiles"), [("auto", False), ("cuda_graph", False), ("compile", True)])
+def test_compile_scoring_auto_compiles_on_cuda_only_where_the_inner_loop_compiles(capture, compiles):
+    # A label-budget run (capture "auto" resolved to CUDA graphs) spent 14 s compiling its scoring on an H200 and
+    # stepped no faster (docs/PERFORMANCE.md); a long run, resolved to "compile", compiles it.
+    engine = BatchedEngine(make_engine("batched", "fixed", True).model, 0.3, "fixed", STEPS, capture=capture)
+    engine.train()
+    on_cuda, on_cpu = SimpleNamespace(is_cuda=True), SimpleNamespace(is_cuda=False)  # all the rule reads of a batch
+    with torch.no_grad():
+        assert engine._compiles_scoring(on_cuda) is compiles
+        assert engine._compiles_scoring(on_cpu) is False
+    engine.compile_scoring = True
+    with torch.no_grad():
+        assert engine._compiles_scoring(on_cpu) is True
 
 
 def test_compile_scoring_option_is_checked():

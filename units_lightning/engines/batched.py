@@ -65,9 +65,11 @@ class BatchedEngine(nn.Module):
             cannot be compiled: its second-order gradients come from ``torch.autograd.grad(create_graph=True)``,
             a double backward that ``torch.compile`` does not support, so "compile" refuses False.
         compile_scoring: compile the scoring of candidate query sets (training, no gradient) with
-            ``torch.compile``: "auto" (on CUDA), True or False. It is a forward pass only, whose batch norm,
-            activation and pooling fuse into a few kernels (twice as fast on large query sets). If compiling
-            fails (no Triton or C++ compiler), scoring runs eagerly after one warning.
+            ``torch.compile``: "auto" (on CUDA where ``capture`` is, or has been resolved to, "compile": a long
+            run; a short one, such as a label-budget run, is over before the 8-36 s of compiling pay back), True
+            or False. It is a forward pass only, whose batch norm, activation and pooling fuse into a few kernels
+            (twice as fast on large query sets). If compiling fails (no Triton or C++ compiler), scoring runs
+            eagerly after one warning.
     """
 
     def __init__(
@@ -240,7 +242,9 @@ class BatchedEngine(nn.Module):
     def _compiles_scoring(self, query_x: Tensor) -> bool:
         if not self.training or torch.is_grad_enabled() or self._compiled_scoring is False:
             return False
-        return query_x.is_cuda if self.compile_scoring == "auto" else self.compile_scoring
+        if self.compile_scoring == "auto":  # where the inner loop compiles too: a long run, which it pays back
+            return query_x.is_cuda and self.capture == "compile"
+        return self.compile_scoring
 
     def _score_compiled(self, adapted: AdaptedWeights, query_x: Tensor) -> Tensor:
         fast = {name: w.detach() for name, w in adapted.fast.items()}
