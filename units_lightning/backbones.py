@@ -32,8 +32,8 @@ class BatchNorm(nn.Module):
 
     def forward(self, x: Tensor, step: int = 0) -> Tensor:
         weight, bias = self.weight, self.bias
-        if self.steps > 1:
-            weight, bias = weight[min(step, self.steps - 1)], bias[min(step, self.steps - 1)]
+        if weight.dim() == 2:  # (steps, channels); a caller may pass one step's pair instead (``torch.func``)
+            weight, bias = weight[min(step, weight.shape[0] - 1)], bias[min(step, bias.shape[0] - 1)]
         # (x - mean) / sqrt(var + eps) * weight + bias as x * scale + shift: one statistics pass and one fused
         # multiply-add over the activations instead of four elementwise passes (and less saved for backward).
         var, mean = torch.var_mean(x, dim=(0, 2, 3), unbiased=False, keepdim=True)
@@ -52,7 +52,8 @@ class ConvNet(nn.Module):
 
     Batch norm is transductive (``BatchNorm``), so training, scoring and evaluation behave the same and
     no buffers are shared between adapted copies. With ``bn_steps > 1`` every batch norm holds one
-    weight pair per inner step; those are meta-learned only (``meta_only_parameters``), as in MAML++.
+    weight pair per inner step; those are meta-learned only (``meta_only_parameters``), as in MAML++, and listed in
+    ``per_step_parameters`` (stacked along a first dimension of steps: the batched engine splits them once a loop).
 
     Args:
         image_shape: (channels, height, width) of the input images.
@@ -92,6 +93,7 @@ class ConvNet(nn.Module):
         self.meta_only_parameters = frozenset(
             name for name, _ in self.named_parameters() if bn_steps > 1 and name.startswith("norms.")
         )
+        self.per_step_parameters = self.meta_only_parameters  # stacked along a first dimension of inner steps
 
     def forward(self, x: Tensor, step: int = 0) -> Tensor:
         for conv, norm in zip(self.convs, self.norms, strict=True):

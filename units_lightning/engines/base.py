@@ -69,6 +69,16 @@ def inner_loop_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
     return {name: p for name, p in model.named_parameters() if name not in meta_only}
 
 
+def per_step_slices(model: nn.Module, steps: int) -> list[dict[str, Tensor]]:
+    """``[step][name]``: the slice of inner step ``step`` of every parameter the model lists in
+    ``per_step_parameters`` (stacked along a first dimension of steps; later steps reuse the last slice), each
+    parameter split once. Passed to the model in place of the stacked tensors, it computes what ``forward(x, step)``
+    does, and the meta-gradient reaches each tensor through one backward node instead of one per step."""
+    stacked = {name: p for name, p in model.named_parameters() if name in getattr(model, "per_step_parameters", ())}
+    split = {name: p.unbind() for name, p in stacked.items()}
+    return [{name: parts[min(step, len(parts) - 1)] for name, parts in split.items()} for step in range(steps)]
+
+
 def accepts_step(model: nn.Module) -> bool:
     """Whether ``model.forward`` takes the inner step as ``step=`` (per-step batch norm)."""
     return "step" in inspect.signature(model.forward).parameters

@@ -12,7 +12,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
-from units_lightning.engines.base import InnerLoss, accepts_step, inner_loop_parameters
+from units_lightning.engines.base import InnerLoss, accepts_step, inner_loop_parameters, per_step_slices
 from units_lightning.engines.cuda_graph import GraphedInference, GraphedInnerLoop, state_of
 from units_lightning.engines.inner_lr import InnerLearningRates, InnerLRMode
 
@@ -271,13 +271,16 @@ class BatchedEngine(nn.Module):
         steps: int,
         create_graph: bool,
     ) -> dict[str, Tensor]:
+        # Per-step tensors (learned rates, per-step batch-norm weights) split once for the whole loop, not once a step.
+        rates, slices = self.inner_lr.per_step(steps), per_step_slices(self.model, steps)
+
         def vectorised_gradients(fast: dict[str, Tensor], x: Tensor, y: Tensor, step: int) -> dict[str, Tensor]:
-            grads = grad(lambda w: loss(self._forward(w, x, step), y))(fast)
+            grads = grad(lambda w: loss(self._forward({**w, **slices[step]}, x, step), y))(fast)
             return grads if create_graph else {name: g.detach() for name, g in grads.items()}
 
         def eager_gradients(fast: dict[str, Tensor], x: Tensor, y: Tensor, step: int) -> dict[str, Tensor]:
             # Unvectorised, plain autograd computes the same as ``grad`` with less Python work per step.
-            task_loss = loss(self._forward(fast, x, step), y)
+            task_loss = loss(self._forward({**fast, **slices[step]}, x, step), y)
             grads = torch.autograd.grad(
                 task_loss, list(fast.values()), create_graph=create_graph, allow_unused=True, materialize_grads=True
             )
@@ -287,7 +290,7 @@ class BatchedEngine(nn.Module):
             fast = slow
             for step in range(steps):
                 grads = gradients(fast, x, y, step)
-                fast = {name: w - self.inner_lr(name, step) * grads[name] for name, w in fast.items()}
+                fast = {name: w - rates[step][name] * grads[name] for name, w in fast.items()}
             return fast
 
         if self._vectorized(support_x):
