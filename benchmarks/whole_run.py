@@ -1,0 +1,287 @@
+"""A whole ``units-lightning fit`` of a config, timed phase by phase, and projected to the config's full length.
+
+It runs the command a user types, in this process (``units_lightning.cli.main(["fit", ...])``: the config's logger,
+checkpoints and callbacks), with one callback added (``--trainer.callbacks+=``) that synchronises the device only
+every ``--block`` steps, around each validation and at the ends of training. It reports:
+
+- start-up: from this script's first line (before torch and Lightning are imported) to the first training step,
+  the sanity check among it; and the end, from the last step to the command's return;
+- the steady seconds per step before and from the sampler's warm-up step (selection starts there): medians over
+  blocks of ``--block`` steps, validations and the checkpoints after them taken out, the first block of each phase
+  left out (capture and compiling happen there);
+- each validation, and what follows it until the next step (the checkpoints);
+- the one-off costs (capturing graphs, compiling): the training time that the steady rates, the validations and
+  the checkpoints do not explain.
+
+With ``--steps N`` shorter than the config's run, the full run is projected from those parts: the one-off costs,
+the steady rate of each phase times its steps in the full run, and the full run's validations. On CUDA the run
+keeps the capture of the full-length run (``capture: auto`` compiles a run of 20,000 steps or more; a shortened
+run would not), as ``benchmarks/fit.py`` does. Options it does not know go to ``units-lightning fit``.
+
+    python benchmarks/whole_run.py --config configs/budget_omniglot_5w1s.yaml --data.root <omniglot>
+    python benchmarks/whole_run.py --config configs/omniglot_20w1s.yaml --data.root <omniglot> --steps 3000
+"""
+
+from __future__ import annotations
+
+import time
+
+START = time.perf_counter()  # before the imports below: they are part of a command's start-up
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+from dataclasses import asdict, dataclass, field  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import lightning  # noqa: E402
+import torch  # noqa: E402
+import yaml  # noqa: E402
+from fit import full_run_capture  # noqa: E402
+from lightning.pytorch.callbacks import Callback  # noqa: E402
+
+from units_lightning.cli import main as units_lightning  # noqa: E402
+
+IMPORTED = time.perf_counter()
+
+
+@dataclass
+class Record:
+    """What ``PhaseTimer`` saw, in seconds since the script started."""
+
+    warmup: int = 0  # the sampler's warm-up steps (0 without one): selection from this step on
+    val_interval: int = 0  # steps between validations (0: none during training)
+    epoch_steps: float = math.inf  # training batches of an epoch
+    max_epochs: float = math.inf
+    train_start: float = math.nan
+    train_end: float = math.nan
+    sanity: float = 0.0  # the sanity check's validation batches
+    marks: list[tuple[int, float]] = field(default_factory=list)  # (global step, time) every block
+    validations: list[tuple[int, float]] = field(default_factory=list)  # (after global step, seconds)
+    after_validations: list[tuple[int, float]] = field(default_factory=list)  # (step, seconds to the next step)
+    steps: int = 0
+
+
+RECORDS: list[Record] = []
+BLOCK = 100  # ``--block``: steps between the marks of every ``PhaseTimer``
+
+
+class PhaseTimer(Callback):
+    """Marks the device-synchronised time every ``block`` steps and around validations (see the module)."""
+
+    def __init__(self, block: int | None = None):
+        self.block = block or BLOCK
+        self.record = Record()
+        RECORDS.append(self.record)
+        self._validation_start: float | None = None
+        self._validation_end: tuple[int, float] | None = None
+
+    @staticmethod
+    def _now(pl_module) -> float:
+        if pl_module.device.type == "cuda":
+            torch.cuda.synchronize(pl_module.device)
+        return time.perf_counter() - START
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.record.warmup = int(getattr(getattr(pl_module, "sampler", None), "warmup_steps", 0) or 0)
+        every = getattr(trainer, "val_check_batch", None)
+        self.record.val_interval = every if isinstance(every, int) and every < math.inf else 0
+        self.record.epoch_steps = trainer.num_training_batches
+        self.record.max_epochs = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else math.inf
+        self.record.train_start = self._now(pl_module)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        step = trainer.global_step
+        if self._validation_end is not None:
+            at, ended = self._validation_end
+            self.record.after_validations.append((at, self._now(pl_module) - ended))
+            self._validation_end = None
+        if step % self.block == 0:
+            self.record.marks.append((step, self._now(pl_module)))
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self._validation_start = self._now(pl_module)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        now = self._now(pl_module)
+        if trainer.sanity_checking:
+            self.record.sanity += now - self._validation_start
+            return
+        self.record.validations.append((trainer.global_step, now - self._validation_start))
+        self._validation_end = (trainer.global_step, now)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self.record.steps = trainer.global_step
+        self.record.train_end = self._now(pl_module)
+        if not self.record.marks or self.record.marks[-1][0] != self.record.steps:
+            self.record.marks.append((self.record.steps, self.record.train_end))
+
+
+def steady_seconds(record: Record) -> dict[str, float | None]:
+    """Median seconds per step of the blocks wholly before and wholly from the warm-up step, validations and the
+    time after them (checkpoints) taken out, the first block of each phase left out. None: no such block."""
+    spent_after = {step: seconds for step, seconds in record.after_validations}
+    breaks = [(step, seconds + spent_after.get(step, 0.0)) for step, seconds in record.validations]
+    phases: dict[str, list[float]] = {"warmup": [], "scoring": []}
+    for (first, start), (last, end) in zip(record.marks, record.marks[1:], strict=False):
+        if last <= first:
+            continue
+        inside = sum(seconds for step, seconds in breaks if first < step <= last)
+        per_step = (end - start - inside) / (last - first)
+        if last <= record.warmup and first > 0:
+            phases["warmup"].append(per_step)
+        elif first >= record.warmup and first != record.warmup:
+            phases["scoring"].append(per_step)
+    return {phase: statistics.median(values) if values else None for phase, values in phases.items()}
+
+
+def validations_in(steps: float, val_interval: int, epoch_steps: float) -> int:
+    """Validations of a run of ``steps`` steps that validates every ``val_interval`` steps of each epoch."""
+    if not val_interval or math.isinf(steps):
+        return 0
+    if math.isinf(epoch_steps) or epoch_steps <= 0:
+        return int(steps // val_interval)
+    whole, rest = divmod(steps, epoch_steps)
+    return int(whole * (epoch_steps // val_interval) + rest // val_interval)
+
+
+def full_run_steps(record: Record, max_steps: int | None) -> float:
+    """Steps of the full run: the config's ``max_steps`` (before ``--steps`` replaced it), at most its epochs."""
+    by_epochs = record.max_epochs * record.epoch_steps
+    return min(max_steps, by_epochs) if max_steps and max_steps > 0 else by_epochs
+
+
+def project(record: Record, full_steps: float, end: float) -> dict[str, float | None]:
+    """The measured run in parts, and the run of ``full_steps`` steps projected from them (see the module)."""
+    steady = steady_seconds(record)
+    warm, scoring = steady["warmup"], steady["scoring"]
+    if scoring is None and max(record.steps, full_steps) > record.warmup:
+        raise SystemExit(
+            f"no steady block of steps from the warm-up step {record.warmup} on: give --steps at least "
+            f"{record.warmup + 3 * BLOCK} (the first block after it is left out), or a smaller --block"
+        )
+    validation = statistics.median(s for _, s in record.validations) if record.validations else 0.0
+    after = statistics.median(s for _, s in record.after_validations) if record.after_validations else 0.0
+    train = record.train_end - record.train_start
+    warm_steps = min(record.warmup, record.steps)
+    steady_time = warm_steps * (warm or scoring or 0.0) + (record.steps - warm_steps) * (scoring or 0.0)
+    breaks = sum(s for _, s in record.validations) + sum(s for _, s in record.after_validations)
+    one_off = train - steady_time - breaks
+    full_warm = min(record.warmup, full_steps)
+    full_validations = validations_in(full_steps, record.val_interval, record.epoch_steps)
+    full_train = (
+        one_off
+        + full_warm * (warm or scoring or 0.0)
+        + (full_steps - full_warm) * (scoring or warm or 0.0)
+        + full_validations * (validation + after)
+    )
+    return {
+        "start_up_s": record.train_start,
+        "sanity_check_s": record.sanity,
+        "steps": record.steps,
+        "train_s": train,
+        "warmup_step_ms": None if warm is None else 1000 * warm,
+        "scoring_step_ms": None if scoring is None else 1000 * scoring,
+        "validations": len(record.validations),
+        "validation_s": validation,
+        "after_validation_s": after,
+        "one_off_s": one_off,
+        "end_s": end,
+        "total_s": record.train_end + end,
+        "full_steps": full_steps,
+        "full_validations": full_validations,
+        "full_total_s": record.train_start + full_train + end,
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, float | None]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True, help="the config to run, e.g. configs/omniglot_20w1s.yaml")
+    parser.add_argument("--steps", type=int, help="stop after this many steps and project the full run")
+    parser.add_argument("--block", type=int, default=100, help="steps between synchronised marks")
+    parser.add_argument("--json", help="also write the figures to this file")
+    args, passed = parser.parse_known_args(argv)
+    config = yaml.safe_load(Path(args.config).read_text())
+    device = (
+        "cuda" if torch.cuda.is_available() and _accelerator(config, passed) in (None, "auto", "gpu", "cuda") else "cpu"
+    )
+    global BLOCK
+    BLOCK = args.block
+    command = ["fit", "--config", args.config, *passed, "--trainer.callbacks+=whole_run.PhaseTimer"]
+    if args.steps is not None:
+        command += ["--trainer.max_steps", str(args.steps)]
+        capture = full_run_capture(config, device, passed)
+        if capture is not None:
+            command += ["--model.capture", capture]
+    del RECORDS[:]
+    argv_before, sys.argv = sys.argv, sys.argv[:1]  # the command is given whole: LightningCLI reads no sys.argv
+    try:
+        units_lightning(command)
+        _finish_wandb()
+    finally:
+        sys.argv = argv_before
+    end = time.perf_counter() - START
+    if len(RECORDS) != 1:
+        raise SystemExit(f"expected one training run, saw {len(RECORDS)}")
+    record = RECORDS[0]
+    full_steps = full_run_steps(record, config["trainer"].get("max_steps"))
+    figures = project(record, full_steps, end - record.train_end)
+    figures = {"config": args.config, "device": _device_name(device), "imports_s": IMPORTED - START, **figures}
+    print(_table(figures))
+    if args.json:
+        Path(args.json).write_text(json.dumps({**figures, "record": asdict(record)}, indent=1))
+    return figures
+
+
+def _accelerator(config: dict, passed: list[str]) -> str | None:
+    """The trainer's accelerator: the last ``--trainer.accelerator`` given, else the config's."""
+    found = config["trainer"].get("accelerator")
+    for i, word in enumerate(passed):
+        if word.startswith("--trainer.accelerator="):
+            found = word.split("=", 1)[1]
+        elif word == "--trainer.accelerator" and i + 1 < len(passed):
+            found = passed[i + 1]
+    return found
+
+
+def _finish_wandb() -> None:
+    """End a W&B run as the command's exit would (writing its files), so that the time it takes is counted."""
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        wandb.finish()
+
+
+def _device_name(device: str) -> str:
+    name = torch.cuda.get_device_name() if device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    versions = f"torch {torch.__version__} | lightning {lightning.__version__} | Python {platform.python_version()}"
+    return f"{name} | {versions}"
+
+
+def _table(f: dict) -> str:
+    def ms(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    rows = [
+        ("imports (torch, Lightning, this package)", f"{f['imports_s']:.1f} s"),
+        ("start-up to the first step (imports and sanity check included)", f"{f['start_up_s']:.1f} s"),
+        ("sanity check", f"{f['sanity_check_s']:.2f} s"),
+        ("steps run / of the full run", f"{f['steps']:,} / {f['full_steps']:,.0f}"),
+        ("steady ms a step: warm-up / scoring", f"{ms(f['warmup_step_ms'])} / {ms(f['scoring_step_ms'])}"),
+        ("validations: count, s each, s after each (checkpoints)",
+         f"{f['validations']}, {f['validation_s']:.3f}, {f['after_validation_s']:.3f}"),
+        ("one-off (capture, compiling)", f"{f['one_off_s']:.1f} s"),
+        ("end (after the last step: the summary, W&B's run ending)", f"{f['end_s']:.1f} s"),
+        ("**measured, start to end**", f"**{f['total_s']:.1f} s**"),
+        (f"**full run projected ({f['full_validations']} validations)**",
+         f"**{f['full_total_s']:.1f} s = {f['full_total_s'] / 60:.1f} min**"),
+    ]  # fmt: skip
+    lines = [f"# {f['config']} | {f['device']}", "", "| | |", "|---|---|"]
+    return "\n".join(lines + [f"| {name} | {value} |" for name, value in rows])
+
+
+if __name__ == "__main__":
+    sys.modules.setdefault("whole_run", sys.modules[__name__])  # the callback's class path names this module
+    main()

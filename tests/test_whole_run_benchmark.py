@@ -1,0 +1,83 @@
+"""benchmarks/whole_run.py: a whole fit timed phase by phase, and the full run projected from its parts."""
+
+import json
+import math
+
+import pytest
+from tiny_setup import QUICKSTART, TINY_QUICKSTART, benchmark
+
+whole_run = benchmark("whole_run")
+Record = whole_run.Record
+
+
+def synthetic_run() -> Record:
+    """600 steps in blocks of 100: 10 ms a step before the warm-up step 200, 20 ms from it; capturing costs 5 s in
+    the first block and compiling the scoring 3 s in the first block from step 200; a validation of 0.5 s and 0.1 s
+    of checkpoints after steps 300 and 600."""
+    record = Record(warmup=200, val_interval=300, epoch_steps=300, max_epochs=4, train_start=10.0, steps=600)
+    now, marks = 10.0, [(0, 10.0)]
+    for first in range(0, 600, 100):
+        now += 100 * (0.010 if first < 200 else 0.020) + {0: 5.0, 200: 3.0}.get(first, 0.0)
+        if first + 100 in (300, 600):
+            now += 0.5 + (0.1 if first + 100 == 300 else 0.0)  # the last validation's checkpoints fall after the end
+        marks.append((first + 100, now))
+    record.marks, record.train_end = marks, now
+    record.validations = [(300, 0.5), (600, 0.5)]
+    record.after_validations = [(300, 0.1)]
+    return record
+
+
+def test_steady_rates_leave_out_first_blocks_and_validations():
+    steady = whole_run.steady_seconds(synthetic_run())
+    assert steady["warmup"] == pytest.approx(0.010)  # block 100-200 only: 0-100 holds the capture
+    assert steady["scoring"] == pytest.approx(0.020)  # blocks from 300 on; 200-300 holds the compiling
+
+
+def test_the_full_run_is_projected_from_the_parts():
+    record = synthetic_run()
+    figures = whole_run.project(record, full_steps=1200, end=2.0)
+    assert figures["one_off_s"] == pytest.approx(8.0)  # capture + compiling: what the steady rates do not explain
+    assert figures["validation_s"] == pytest.approx(0.5) and figures["after_validation_s"] == pytest.approx(0.1)
+    assert figures["full_validations"] == 4  # 4 epochs of 300 steps, one validation each
+    # start-up 10 s + one-off 8 s + 200 x 10 ms + 1000 x 20 ms + 4 x 0.6 s + end 2 s
+    assert figures["full_total_s"] == pytest.approx(10 + 8 + 2 + 20 + 2.4 + 2)
+    assert figures["total_s"] == pytest.approx(record.train_end + 2.0)
+
+
+def test_a_run_without_steady_scoring_steps_is_refused():
+    record = synthetic_run()
+    record.marks = [mark for mark in record.marks if mark[0] <= 300]
+    record.steps = 300
+    with pytest.raises(SystemExit, match="no steady block of steps from the warm-up step 200"):
+        whole_run.project(record, full_steps=1200, end=0.0)
+
+
+@pytest.mark.parametrize(
+    ("steps", "interval", "epoch", "expected"),
+    [(50_000, 500, 500, 100), (50_000, 100, 500, 500), (1_000, 300, 500, 2), (5_000, 500, math.inf, 10), (9, 0, 3, 0)],
+)
+def test_validations_in_a_run(steps, interval, epoch, expected):
+    assert whole_run.validations_in(steps, interval, epoch) == expected
+
+
+@pytest.mark.filterwarnings("ignore:.*could not find the monitored key")  # stopped before a validation
+def test_a_tiny_quick_start_is_timed_and_projected(tmp_path, capsys):
+    out = tmp_path / "figures.json"
+    figures = whole_run.main(
+        ["--config", str(QUICKSTART), "--steps", "12", "--block", "2", "--json", str(out), *TINY_QUICKSTART,
+         "--data.sampler.init_args.warmup_steps=4", f"--trainer.default_root_dir={tmp_path}"]
+    )  # fmt: skip
+    assert figures["steps"] == 12 and figures["full_steps"] == 100  # 2 epochs (TINY_QUICKSTART) of 50 steps
+    assert figures["warmup_step_ms"] > 0 and figures["scoring_step_ms"] > 0
+    assert figures["validations"] == 0 and figures["full_validations"] == 2  # one validation an epoch
+    assert 0 < figures["start_up_s"] < figures["total_s"] < figures["full_total_s"]
+    saved = json.loads(out.read_text())
+    assert saved["record"]["marks"][0][0] == 0 and saved["record"]["marks"][-1][0] == 12
+    assert "full run projected (2 validations)" in capsys.readouterr().out
+
+
+def test_the_accelerator_given_on_the_command_line_wins_over_the_configs():
+    config = {"trainer": {"accelerator": "auto"}}
+    assert whole_run._accelerator(config, []) == "auto"
+    assert whole_run._accelerator(config, ["--trainer.accelerator", "cpu"]) == "cpu"  # no compiled capture on a CPU run
+    assert whole_run._accelerator(config, ["--trainer.accelerator=gpu", "--trainer.accelerator=cpu"]) == "cpu"
