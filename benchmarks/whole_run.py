@@ -163,6 +163,12 @@ def project(record: Record, full_steps: float, end: float) -> dict[str, float | 
             f"no steady block of steps from the warm-up step {record.warmup} on: give --steps at least "
             f"{record.warmup + 3 * BLOCK} (the first block after it is left out), or a smaller --block"
         )
+    full_validations = validations_in(full_steps, record.val_interval, record.epoch_steps)
+    if full_validations and not record.validations:
+        raise SystemExit(
+            f"no validation was measured, and the full run has {full_validations}: give --steps at least "
+            f"{record.val_interval} (the steps between validations)"
+        )
     validation = statistics.median(s for _, s in record.validations) if record.validations else 0.0
     after = statistics.median(s for _, s in record.after_validations) if record.after_validations else 0.0
     train = record.train_end - record.train_start
@@ -171,7 +177,6 @@ def project(record: Record, full_steps: float, end: float) -> dict[str, float | 
     breaks = sum(s for _, s in record.validations) + sum(s for _, s in record.after_validations)
     one_off = train - steady_time - breaks
     full_warm = min(record.warmup, full_steps)
-    full_validations = validations_in(full_steps, record.val_interval, record.epoch_steps)
     full_train = (
         one_off
         + full_warm * (warm or scoring or 0.0)

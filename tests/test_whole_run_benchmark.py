@@ -60,20 +60,21 @@ def test_validations_in_a_run(steps, interval, epoch, expected):
     assert whole_run.validations_in(steps, interval, epoch) == expected
 
 
-@pytest.mark.filterwarnings("ignore:.*could not find the monitored key")  # stopped before a validation
 def test_a_tiny_quick_start_is_timed_and_projected(tmp_path, capsys):
     out = tmp_path / "figures.json"
     figures = whole_run.main(
         ["--config", str(QUICKSTART), "--steps", "12", "--block", "2", "--json", str(out), *TINY_QUICKSTART,
-         "--data.sampler.init_args.warmup_steps=4", f"--trainer.default_root_dir={tmp_path}"]
+         "--data.sampler.init_args.warmup_steps=4", "--trainer.limit_train_batches=6", "--trainer.max_epochs=4",
+         f"--trainer.default_root_dir={tmp_path}"]
     )  # fmt: skip
-    assert figures["steps"] == 12 and figures["full_steps"] == 100  # 2 epochs (TINY_QUICKSTART) of 50 steps
+    assert figures["steps"] == 12 and figures["full_steps"] == 24  # 4 epochs of 6 steps
     assert figures["warmup_step_ms"] > 0 and figures["scoring_step_ms"] > 0
-    assert figures["validations"] == 0 and figures["full_validations"] == 2  # one validation an epoch
+    assert figures["validations"] == 2 and figures["full_validations"] == 4  # one validation an epoch
+    assert figures["validation_s"] > 0 and figures["after_validation_s"] > 0
     assert 0 < figures["start_up_s"] < figures["total_s"] < figures["full_total_s"]
     saved = json.loads(out.read_text())
     assert saved["record"]["marks"][0][0] == 0 and saved["record"]["marks"][-1][0] == 12
-    assert "full run projected (2 validations)" in capsys.readouterr().out
+    assert "full run projected (4 validations)" in capsys.readouterr().out
 
 
 def test_the_accelerator_given_on_the_command_line_wins_over_the_configs():
@@ -81,3 +82,11 @@ def test_the_accelerator_given_on_the_command_line_wins_over_the_configs():
     assert whole_run._accelerator(config, []) == "auto"
     assert whole_run._accelerator(config, ["--trainer.accelerator", "cpu"]) == "cpu"  # no compiled capture on a CPU run
     assert whole_run._accelerator(config, ["--trainer.accelerator=gpu", "--trainer.accelerator=cpu"]) == "cpu"
+
+
+def test_a_run_without_a_validation_is_refused_where_the_full_run_validates():
+    record = synthetic_run()
+    record.validations, record.after_validations = [], []
+    refused = "no validation was measured, and the full run has 4: give --steps at least 300"
+    with pytest.raises(SystemExit, match=refused):
+        whole_run.project(record, full_steps=1200, end=0.0)
