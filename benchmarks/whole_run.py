@@ -40,6 +40,7 @@ from pathlib import Path  # noqa: E402
 import lightning  # noqa: E402
 import torch  # noqa: E402
 import yaml  # noqa: E402
+from engines import sync  # noqa: E402
 from fit import full_run_capture  # noqa: E402
 from lightning.pytorch.callbacks import Callback  # noqa: E402
 
@@ -81,8 +82,7 @@ class PhaseTimer(Callback):
 
     @staticmethod
     def _now(pl_module) -> float:
-        if pl_module.device.type == "cuda":
-            torch.cuda.synchronize(pl_module.device)
+        sync(pl_module.device)
         return time.perf_counter() - START
 
     def on_train_start(self, trainer, pl_module) -> None:

@@ -69,14 +69,19 @@ def inner_loop_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
     return {name: p for name, p in model.named_parameters() if name not in meta_only}
 
 
-def per_step_slices(model: nn.Module, steps: int) -> list[dict[str, Tensor]]:
-    """``[step][name]``: the slice of inner step ``step`` of every parameter the model lists in
-    ``per_step_parameters`` (stacked along a first dimension of steps; later steps reuse the last slice), each
-    parameter split once. Passed to the model in place of the stacked tensors, it computes what ``forward(x, step)``
-    does, and the meta-gradient reaches each tensor through one backward node instead of one per step."""
-    stacked = {name: p for name, p in model.named_parameters() if name in getattr(model, "per_step_parameters", ())}
-    split = {name: p.unbind() for name, p in stacked.items()}
+def split_steps(stacked: dict[str, Tensor], steps: int) -> list[dict[str, Tensor]]:
+    """``[step][name]``: the slice of inner step ``step`` of each tensor stacked along a first dimension of steps
+    (later steps reuse the last slice), each tensor split once, so that the meta-gradient reaches it through one
+    backward node (a stack) instead of one per step (a zero-filled tensor, a copy and an addition each)."""
+    split = {name: tensor.unbind() for name, tensor in stacked.items()}
     return [{name: parts[min(step, len(parts) - 1)] for name, parts in split.items()} for step in range(steps)]
+
+
+def per_step_slices(model: nn.Module, steps: int) -> list[dict[str, Tensor]]:
+    """``split_steps`` of the parameters the model lists in ``per_step_parameters``: passed to the model in place of
+    the stacked tensors, they compute what ``forward(x, step)`` does."""
+    per_step = getattr(model, "per_step_parameters", ())
+    return split_steps({name: p for name, p in model.named_parameters() if name in per_step}, steps)
 
 
 def accepts_step(model: nn.Module) -> bool:
