@@ -132,10 +132,11 @@ class UnitsMAML(pl.LightningModule):
         capture: speed-up of the batched engine's training steps: "auto" (on CUDA: "compile" for a run of at
             least ``COMPILE_MIN_STEPS`` steps on one GPU, else "cuda_graph", data-parallel training among them),
             "none", "cuda_graph" (the whole step replayed as CUDA graphs: the same kernels as eager, up to 5x faster
-            on a GPU) or "compile" (as "cuda_graph", with the inner loop and predictions of training and
-            evaluation compiled by ``torch.compile`` inside the graphs: 1.8x faster steps on Omniglot 20w1s after
-            about 2 minutes of compiling; vectorised over tasks on every device; it falls back to "cuda_graph",
-            after one warning, where compiling fails); see ``BatchedEngine`` and docs/PERFORMANCE.md.
+            on a GPU) or "compile" (as "cuda_graph", with the inner loop and predictions of training compiled by
+            ``torch.compile`` inside the graphs: 1.8x faster steps on Omniglot 20w1s after about 2 minutes of
+            compiling; vectorised over tasks on every device; evaluation stays uncompiled, as CUDA graphs; it falls
+            back to "cuda_graph", after one warning, where compiling fails); see ``BatchedEngine`` and
+            docs/PERFORMANCE.md.
         compile_scoring: compile the batched engine's scoring of candidate query sets (a forward pass
             without gradient) with ``torch.compile``: "auto" (on CUDA in a run that compiles, see ``capture``;
             falls back to eager with one warning where compiling fails), True or False. About twice as fast on

@@ -49,19 +49,24 @@ def test_compiled_inner_loop_meta_gradient_equals_eager_in_float64(device):
     assert not counters["graph_break"]
 
 
-@pytest.mark.parametrize("device", DEVICES)
-def test_compiled_evaluation_equals_eager_in_float64(device):
-    # Validation and test adapt (first order) and predict every query set through the same compiled functions as
-    # training (on CUDA inside evaluation's CUDA graphs): their logits equal the eager engine's.
+@pytest.mark.parametrize("device", ["cpu", DEVICES[1]])
+def test_evaluation_under_compile_compiles_nothing_and_equals_eager_in_float64(device):
+    from torch._dynamo.utils import counters
+
+    # Validation and test (the engine in eval mode) run the uncompiled inner loop and predictions under
+    # capture="compile" too (on CUDA inside evaluation's CUDA graphs): compiling them cost 88 s at the first
+    # validation of Omniglot 20w1s on an H200 and saved 0.13 s a validation. Nothing compiles, so no opt-in on CPU.
     support_x, support_y, query_x, _ = (t.to(device) for t in agree.episode())
     logits = {}
+    counters.clear()
     for capture in ("none", "compile"):
         engine = agree.make_engine("batched", "per_layer_per_step", True, capture=capture).to(device).eval()
         with torch.no_grad():  # as Lightning's validation loop runs it
             logits[capture] = engine.evaluate(support_x, support_y, query_x, agree.LOSS, agree.STEPS)
+    assert counters["stats"]["unique_graphs"] == 0
     assert logits["compile"].shape == query_x.shape[:3] + (agree.WAYS,)
     relative = ((logits["compile"] - logits["none"]).norm() / logits["none"].norm()).item()
-    assert relative <= 1e-10, f"compiled evaluation differs from eager by {relative:.2e}"
+    assert relative <= 1e-10, f"evaluation under compile differs from eager by {relative:.2e}"
 
 
 def test_every_capture_but_none_replays_the_whole_step_on_cuda():

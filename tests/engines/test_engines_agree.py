@@ -285,7 +285,8 @@ def test_compiled_scoring_matches_eager_on_gpu():
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(0)
     net = ConvNet((2, 8, 8), WAYS, filters=3, blocks=2, bn_steps=STEPS + 1).cuda()
-    engine = BatchedEngine(net, 0.3, "per_layer_per_step", STEPS, capture="none").cuda().train()
+    engine = BatchedEngine(net, 0.3, "per_layer_per_step", STEPS, capture="none", compile_scoring=True)
+    engine = engine.cuda().train()
     support_x, support_y, query_x, _ = (t.cuda().float() if t.is_floating_point() else t.cuda() for t in episode())
     adapted = engine.adapt(support_x, support_y, LOSS, STEPS, create_graph=True)
     with torch.no_grad():

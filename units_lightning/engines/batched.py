@@ -55,11 +55,13 @@ class BatchedEngine(nn.Module):
             meta-batch with the trainer's ``accumulate_grad_batches`` instead).
         capture: how the inner loop runs: "auto" (CUDA graphs on CUDA; ``UnitsMAML`` turns it into
             "compile" for long runs, ``use_capture``), "none" (eager), "cuda_graph" (``GraphedInnerLoop``) or
-            "compile" (``torch.compile`` of the vectorised inner loop and query predictions, in training and
-            evaluation, their float64 meta-gradient and evaluation equal to eager's within 1e-10,
-            ``tests/engines/test_compiled_inner_loop.py`` and, on a GPU, ``tests/engines/test_captured_step.py``; on
-            CUDA ``UnitsMAML`` replays the whole step, compiled kernels included, as a CUDA graph, and evaluation as
-            graphs, as for "cuda_graph"; where compiling fails, the engine warns once and goes on as "cuda_graph").
+            "compile" (``torch.compile`` of the vectorised inner loop and query predictions of training, their
+            float64 meta-gradient equal to eager's within 1e-10, ``tests/engines/test_compiled_inner_loop.py`` and,
+            on a GPU, ``tests/engines/test_captured_step.py``; on CUDA ``UnitsMAML`` replays the whole step, compiled
+            kernels included, as a CUDA graph; where compiling fails, the engine warns once and goes on as
+            "cuda_graph"). Evaluation (the engine in eval mode) runs uncompiled under every capture, as CUDA graphs
+            on CUDA: compiling its first-order loop cost 88 s at the first validation of Omniglot 20w1s on an H200
+            and saved 0.13 s a validation, 13 s over its 100 validations (docs/PERFORMANCE.md).
         vectorize: "auto" (vectorise over tasks on CUDA, loop over them on CPU, where ``vmap``'s grouped
             convolutions are slower; under ``capture="compile"`` vectorise everywhere), True or False. The loop
             cannot be compiled: its second-order gradients come from ``torch.autograd.grad(create_graph=True)``,
@@ -111,8 +113,9 @@ class BatchedEngine(nn.Module):
     _COMPILED_FUNCTIONS = ("_compiled_adapt", "_compiled_predict", "_compiled_predict_sets")
 
     def _bind_functions(self) -> None:
-        """The inner loop and predictions, of training and evaluation: compiled under ``capture="compile"``, else
-        the methods themselves. Each compiled function wraps this instance's bound method."""
+        """The inner loop and predictions of training (the engine in train mode): compiled under
+        ``capture="compile"``, else the methods themselves. Each compiled function wraps this instance's bound
+        method."""
         compile = self.capture == "compile"
         self._compiled_adapt = self._compiling(self._adapt_all) if compile else self._adapt_all
         self._compiled_predict = self._compiling(self._predict_all) if compile else self._predict_all
@@ -176,7 +179,8 @@ class BatchedEngine(nn.Module):
         if self._use_graphs(support_x):
             fast = self._graphed(support_x, support_y, loss, steps, create_graph)
             return AdaptedWeights(dict(zip(slow, fast, strict=True)), steps)
-        return AdaptedWeights(self._compiled_adapt(slow, support_x, support_y, loss, steps, create_graph), steps)
+        adapt_all = self._compiled_adapt if self.training else self._adapt_all
+        return AdaptedWeights(adapt_all(slow, support_x, support_y, loss, steps, create_graph), steps)
 
     def _use_graphs(self, support_x: Tensor) -> bool:
         # Under DDP too: its gradient hooks fire on the parameters' accumulators, which the replay feeds as eager
@@ -205,8 +209,8 @@ class BatchedEngine(nn.Module):
         """Adapt to each support set (first order) and return the detached (T, Q, M, N) logits of its query sets.
 
         On CUDA with any ``capture`` but "none" both run as one CUDA graph per input shape (validation and test are
-        otherwise bound by the host: about 1,400 kernels per batch of 20 Omniglot tasks); under "compile", of the
-        compiled inner loop and predictions.
+        otherwise bound by the host: about 1,400 kernels per batch of 20 Omniglot tasks), uncompiled under
+        "compile" too when the engine is in eval mode (validation, test, predict).
         """
 
         def run(x: Tensor, y: Tensor, q: Tensor) -> tuple[Tensor]:
@@ -232,12 +236,14 @@ class BatchedEngine(nn.Module):
     def predict(self, adapted: AdaptedWeights, query_x: Tensor, task_index: Tensor) -> Tensor:
         if query_x.shape[0] == 0:
             return query_x.new_zeros(0, query_x.shape[1], self._num_outputs())
-        return self._compiled_predict(adapted.fast, query_x, task_index, adapted.steps)
+        predict_all = self._compiled_predict if self.training else self._predict_all
+        return predict_all(adapted.fast, query_x, task_index, adapted.steps)
 
     def predict_sets(self, adapted: AdaptedWeights, query_x: Tensor) -> Tensor:
         if self._compiles_scoring(query_x):
             return self._score_compiled(adapted, query_x)
-        return self._compiled_predict_sets(adapted.fast, query_x, adapted.steps)
+        predict_sets = self._compiled_predict_sets if self.training else self._predict_sets
+        return predict_sets(adapted.fast, query_x, adapted.steps)
 
     def _compiles_scoring(self, query_x: Tensor) -> bool:
         if not self.training or torch.is_grad_enabled() or self._compiled_scoring is False:
