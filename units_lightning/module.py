@@ -409,12 +409,16 @@ class UnitsMAML(pl.LightningModule):
 
     @torch.no_grad()
     def score_query_sets(self, adapted: Any, query_x: Tensor, lam: float) -> Tensor:
-        """Task uncertainty of every candidate query set, (T, Q), without labels or gradients."""
+        """The sampler's score of every candidate query set, (T, Q), without labels or gradients (``TaskSampler.score``:
+        by default, and without a sampler, the paper's task uncertainty)."""
         low_precision = self.score_precision == "bfloat16" and query_x.is_cuda
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=low_precision):
             logits = self.engine.predict_sets(adapted, query_x)
-        beliefs = task_beliefs(self.loss.evidence(logits.to(query_x.dtype)))
-        return task_uncertainty(beliefs.vacuity, beliefs.dissonance, lam)
+        evidence = self.loss.evidence(logits.to(query_x.dtype))
+        if self.sampler is None:
+            beliefs = task_beliefs(evidence)
+            return task_uncertainty(beliefs.vacuity, beliefs.dissonance, lam)
+        return self.sampler.score(evidence, lam)
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.ledger.exhausted:

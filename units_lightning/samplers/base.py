@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from units_lightning.episode import EpisodeIndices, EpisodeSpec
+from units_lightning.samplers.acquisition import units_score
 
 __all__ = ["TaskSampler"]
 
@@ -23,9 +24,12 @@ class TaskSampler:
     returns the mask of query sets to label and train on. Before ``warmup_steps`` the first query set
     of the first ``tasks`` tasks is used (no selection yet, as the paper's warm-up).
 
-    Override ``sample`` (or ``draw_classes``) to change how candidates are drawn, and ``choose`` to change
-    which are kept; plug the class in with ``class_path`` in the ``data.sampler`` section of a config.
-    Samplers never load images and never see labels of query sets: ``select`` gets scores only.
+    Override ``sample`` (or ``draw_classes``) to change how candidates are drawn, ``score`` to change what a
+    candidate query set is worth (default: the paper's task uncertainty), and ``choose`` to change which are kept;
+    plug the class in with ``class_path`` in the ``data.sampler`` section of a config, or pass it to
+    ``units-lightning select --acquisition`` to choose what people label by the same rule.
+    Samplers never load images and never see labels of query sets: ``score`` gets the unlabeled queries' evidence,
+    ``select`` the scores.
 
     Args:
         tasks: tasks trained on per step (the paper's meta-batch I).
@@ -142,6 +146,29 @@ class TaskSampler:
         return EpisodeIndices(classes, support, support_labels, query, query_labels)
 
     # --- choosing what to label (model side) ----------------------------------------------------------
+
+    def score(self, evidence: Tensor, lam: float | Tensor, available: Tensor | None = None) -> Tensor:
+        """What each candidate query set is worth labeling, higher first: what ``select`` receives.
+
+        The default is the paper's task uncertainty ``lam * mean vacuity + (1 - lam) * mean dissonance``
+        (``acquisition.units_score``). Called without gradients, on the evidence of unlabeled queries only; in a
+        training step that replays as a CUDA graph it is captured too, so it must not read the device.
+
+        Args:
+            evidence: (T, Q, M, N) evidence of the M queries of every candidate set after adaptation.
+            lam: the task-uncertainty weight of vacuity at this step (a float, or a 0-d tensor in a captured step).
+            available: (T, Q) bool, the candidates that exist (``select`` pads tasks with fewer); None: all. Scores
+                of unavailable candidates are ignored.
+
+        Returns:
+            (T, Q) scores.
+        """
+        return units_score(evidence, lam)
+
+    def priority(self, scores: Tensor, step: int) -> Tensor:
+        """The order in which ``units-lightning select`` puts the sets that ``select`` chose (highest first) before
+        cutting to its batch size. Default: the scores."""
+        return scores
 
     def warming_up(self, step: int) -> bool:
         """True before ``warmup_steps``: no selection yet."""
