@@ -1,7 +1,6 @@
 """``benchmarks/paper_tables.py``: the grid of runs, its commands, skipping and resuming, stopping in time, the
 confidence intervals, the tables and plots, and one real end-to-end run through the command line."""
 
-import importlib.util
 import json
 import math
 import os
@@ -18,20 +17,11 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from tiny_setup import QUICKSTART, REPO, tiny_data, tiny_model, tiny_trainer
 
+from benchmarks.tables import cli, folders, grid, launcher, metrics, reference, report, sigterm, statistics
 from units_lightning.resume import find_last_checkpoint
 from units_lightning.samplers import MultiQuerySampler, RandomSampler, SingleTaskSelectionSampler
 
-
-def _load_paper_tables():
-    spec = importlib.util.spec_from_file_location("paper_tables", REPO / "benchmarks" / "paper_tables.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["paper_tables"] = module  # dataclasses look their module up while the file runs
-    spec.loader.exec_module(module)
-    return module
-
-
-pt = _load_paper_tables()
-BUDGET_CONFIGS = pt.GROUPS["budget"]
+BUDGET_CONFIGS = grid.GROUPS["budget"]
 
 
 # --- statistics -------------------------------------------------------------------------------------------------
@@ -44,27 +34,27 @@ BUDGET_CONFIGS = pt.GROUPS["budget"]
 )
 def test_the_t_quantile_matches_its_closed_forms(df, expected):
     # df = 1: P(|T| < t) = 2 atan(t) / pi; df = 2: t / sqrt(2 + t^2).
-    assert pt.student_t_quantile(0.975, df) == pytest.approx(expected, rel=1e-10)
+    assert statistics.student_t_quantile(0.975, df) == pytest.approx(expected, rel=1e-10)
 
 
 def test_the_t_quantile_matches_scipy():
     stats = pytest.importorskip("scipy.stats")
     for df in [*range(1, 41), 60, 120, 999]:
         for p in (0.9, 0.975, 0.995):
-            assert pt.student_t_quantile(p, df) == pytest.approx(stats.t.ppf(p, df), rel=1e-9), (p, df)
+            assert statistics.student_t_quantile(p, df) == pytest.approx(stats.t.ppf(p, df), rel=1e-9), (p, df)
 
 
 def test_the_confidence_interval_over_seeds_is_students():
     # Three seeds at 90, 92, 94: mean 92, sample std 2, half-width t(0.975, 2) * 2 / sqrt(3) = 4.9683.
-    summary = pt.mean_ci95([90.0, 92.0, 94.0])
+    summary = statistics.mean_ci95([90.0, 92.0, 94.0])
     assert summary["mean"] == 92.0 and summary["n"] == 3
     assert summary["ci95"] == pytest.approx(4.302652729749464 * 2 / math.sqrt(3), rel=1e-10)
     assert summary["ci95"] == pytest.approx(4.9683, abs=1e-4)
     stats = pytest.importorskip("scipy.stats")
     low, high = stats.t.interval(0.95, 2, loc=92.0, scale=stats.sem([90.0, 92.0, 94.0]))
     assert (summary["mean"] - summary["ci95"], summary["mean"] + summary["ci95"]) == pytest.approx((low, high))
-    assert pt.mean_ci95([95.0]) == {"mean": 95.0, "ci95": None, "n": 1}
-    assert pt.mean_ci95([]) == {"mean": None, "ci95": None, "n": 0}
+    assert statistics.mean_ci95([95.0]) == {"mean": 95.0, "ci95": None, "n": 1}
+    assert statistics.mean_ci95([]) == {"mean": None, "ci95": None, "n": 0}
 
 
 # --- the paper's numbers ----------------------------------------------------------------------------------------
@@ -82,17 +72,17 @@ def _reference_rows(text: str) -> dict[str, list[str]]:
 
 
 def test_the_papers_numbers_are_those_of_the_reference():
-    reference = REPO.parent / "shared" / "REFERENCE.md"
-    if not reference.is_file():
-        pytest.skip(f"{reference} is absent (it sits beside the repository in the development setup)")
-    section = reference.read_text().split("## 4.")[1].split("\n## ")[0]
+    reference_file = REPO.parent / "shared" / "REFERENCE.md"
+    if not reference_file.is_file():
+        pytest.skip(f"{reference_file} is absent (it sits beside the repository in the development setup)")
+    section = reference_file.read_text().split("## 4.")[1].split("\n## ")[0]
     standard, budget = section.split("Limited label budget")
     keys = ("Units-NTS", "Units-ML", "vacuity<0.2", "vacuity<0.1")
     expected = {
         name: {key: float(cell) if cell else None for key, cell in zip(keys, cells, strict=True)}
         for name, cells in _reference_rows(standard).items()
     }
-    assert pt.PAPER_STANDARD == expected
+    assert reference.PAPER_STANDARD == expected
     expected = {
         f"budget_{name}": {
             method: tuple(float(v) for v in cell.split(" / "))
@@ -100,7 +90,7 @@ def test_the_papers_numbers_are_those_of_the_reference():
         }
         for name, cells in _reference_rows(budget).items()
     }
-    assert pt.PAPER_BUDGET == expected
+    assert reference.PAPER_BUDGET == expected
 
 
 # --- methods as overrides ---------------------------------------------------------------------------------------
@@ -108,7 +98,7 @@ def test_the_papers_numbers_are_those_of_the_reference():
 
 def _sampler_of(config, method):
     """The sampler a method's overrides configure, instantiated from the override's JSON (or the config's)."""
-    for option in pt.method_overrides(pt.METHODS[method], config):
+    for option in grid.method_overrides(grid.METHODS[method], config):
         if option.startswith("--data.sampler="):
             spec = json.loads(option.removeprefix("--data.sampler="))
             classes = {"RandomSampler": RandomSampler, "SingleTaskSelectionSampler": SingleTaskSelectionSampler}
@@ -119,28 +109,28 @@ def _sampler_of(config, method):
 
 @pytest.mark.parametrize("name", [*BUDGET_CONFIGS, "omniglot_5w1s", "cifarfs_5w5s"])
 def test_every_method_labels_as_many_query_sets_per_step(name):
-    config = pt.read_config(REPO / "configs" / f"{name}.yaml")
+    config = grid.read_config(REPO / "configs" / f"{name}.yaml")
     labeled = {}
-    for method in pt.METHODS:
+    for method in grid.METHODS:
         sampler = _sampler_of(config, method)
         scores = torch.rand(sampler.num_candidates, sampler.query_sets, generator=torch.Generator().manual_seed(0))
         labeled[method] = int(sampler.select(scores, step=10**6).sum())  # after any warm-up
     assert set(labeled.values()) == {config.sampler_args["tasks"]}, labeled
-    maml = pt.method_overrides(pt.METHODS["MAML"], config)
+    maml = grid.method_overrides(grid.METHODS["MAML"], config)
     assert "--model.loss=units_lightning.losses.CrossEntropyLoss" in maml
-    assert pt.method_overrides(pt.METHODS["Units-ML"], config) == []  # the config as it is
-    assert not any(o.startswith("--model.loss") for o in pt.method_overrides(pt.METHODS["Units-NTS"], config))
+    assert grid.method_overrides(grid.METHODS["Units-ML"], config) == []  # the config as it is
+    assert not any(o.startswith("--model.loss") for o in grid.method_overrides(grid.METHODS["Units-NTS"], config))
     single = _sampler_of(config, "Units-ST")
     assert single.candidates == config.sampler_args["tasks"] * config.sampler_args["query_sets"]
     assert single.warmup_steps == config.sampler_args["warmup_steps"]
 
 
 def test_budget_configs_are_tested_at_their_milestones_and_standard_ones_by_their_top_k():
-    budget = pt.read_config(REPO / "configs" / "budget_omniglot_5w1s.yaml")
-    assert budget.kind == "budget" and budget.milestones == pt.BUDGET_POINTS
-    assert [t.name for t in pt.targets_of(budget)] == ["labels-04000", "labels-08000", "labels-10000"]
-    assert [t.name for t in pt.targets_of(pt.read_config(REPO / "configs" / "cifarfs_5w5s.yaml"))] == ["top3-val"]
-    assert [t.name for t in pt.targets_of(pt.read_config(REPO / "configs" / "omniglot_5w1s.yaml"))] == ["top1-val"]
+    budget = grid.read_config(REPO / "configs" / "budget_omniglot_5w1s.yaml")
+    assert budget.kind == "budget" and budget.milestones == reference.BUDGET_POINTS
+    assert [t.name for t in grid.targets_of(budget)] == ["labels-04000", "labels-08000", "labels-10000"]
+    assert [t.name for t in grid.targets_of(grid.read_config(REPO / "configs" / "cifarfs_5w5s.yaml"))] == ["top3-val"]
+    assert [t.name for t in grid.targets_of(grid.read_config(REPO / "configs" / "omniglot_5w1s.yaml"))] == ["top1-val"]
 
 
 def test_a_budget_config_without_milestones_is_refused(tmp_path):
@@ -149,19 +139,19 @@ def test_a_budget_config_without_milestones_is_refused(tmp_path):
     path = tmp_path / "no_milestones.yaml"
     path.write_text(yaml.safe_dump(config))
     with pytest.raises(ValueError, match="needs a MilestoneCheckpoint"):
-        pt.read_config(path)
+        grid.read_config(path)
 
 
 # --- the grid on disk: dry run, skipping, resuming --------------------------------------------------------------
 
 
 def _grid(root, seeds=(0, 1, 2), name="budget_omniglot_5w1s", methods=("Units-ML",)):
-    configs = pt.resolve_configs([name])
-    return pt.build_grid(configs, list(methods), list(seeds), root)
+    configs = cli.resolve_configs([name])
+    return grid.build_grid(configs, list(methods), list(seeds), root)
 
 
 def _options(root, data_root):
-    return pt.Options(root=root, data_root=data_root)
+    return grid.Options(root=root, data_root=data_root)
 
 
 def _fake_checkpoint(folder: Path, step: int) -> Path:
@@ -184,11 +174,13 @@ def _results(accuracy: float, below=((0.2, 0.9, 0.8), (0.1, None, 0.0))) -> dict
 
 
 def _finish_test(run, name: str, accuracy: float, **kwargs) -> None:
-    pt.write_json(run.folder / "test" / name / "results.json", _results(accuracy, **kwargs))
+    folders.write_json(run.folder / "test" / name / "results.json", _results(accuracy, **kwargs))
 
 
 def _finish_fit(run, options) -> None:
-    pt._record_command(run, options, "fit", {"command": ["python", "-m", "units_lightning", "fit"], "returncode": 0})
+    launcher._record_command(
+        run, options, "fit", {"command": ["python", "-m", "units_lightning", "fit"], "returncode": 0}
+    )
 
 
 def _prepare(tmp_path):
@@ -196,7 +188,7 @@ def _prepare(tmp_path):
     (tmp_path / "data" / "omniglot").mkdir(parents=True)
     options = _options(tmp_path / "root", tmp_path / "data")
     done, partial, tested = _grid(options.root)
-    pt.write_json(done.folder / pt.DONE, {"finished": "earlier"})
+    folders.write_json(done.folder / folders.DONE, {"finished": "earlier"})
     _fake_checkpoint(partial.folder, step=7)
     _finish_fit(tested, options)
     _fake_milestones(tested.folder)
@@ -207,7 +199,7 @@ def _prepare(tmp_path):
 def test_the_dry_run_lists_every_run_with_its_commands_and_what_is_done(tmp_path, capsys):
     options, (done, partial, tested) = _prepare(tmp_path)
     argv = ["--dry-run", "--configs", "budget_omniglot_5w1s", "--methods", "units-ml", "--seeds", "0", "1", "2"]
-    assert pt.main([*argv, "--root", str(options.root), "--data-root", str(tmp_path / "data")]) == 0
+    assert cli.main([*argv, "--root", str(options.root), "--data-root", str(tmp_path / "data")]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"3 runs under {options.root}: 1 done, 2 partial\n")
     assert "budget_omniglot_5w1s / Units-ML / seed 0: done\n" in out
@@ -233,7 +225,7 @@ def test_the_dry_run_lists_every_run_with_its_commands_and_what_is_done(tmp_path
     assert f"--ckpt_path={partial.folder}/*/*/checkpoints/milestones/labels-04000.ckpt" in blocks[2]
 
 
-class FakeLauncher(pt.Launcher):
+class FakeLauncher(launcher.Launcher):
     """Runs nothing: a fit leaves the milestone checkpoints of a finished run, a test its results.json."""
 
     def __init__(self, returncode=0):
@@ -250,15 +242,15 @@ class FakeLauncher(pt.Launcher):
             )
         else:
             out = Path(next(c for c in command if c.startswith("--trainer.default_root_dir=")).split("=", 1)[1])
-            pt.write_json(out / "results.json", _results(0.95))
+            folders.write_json(out / "results.json", _results(0.95))
         return 0
 
 
 def test_finished_runs_are_skipped_and_the_others_continued_where_they_stopped(tmp_path):
     options, (done, partial, tested) = _prepare(tmp_path)
-    launcher = FakeLauncher()
-    assert [pt.execute_run(run, launcher, None, options) for run in (done, partial, tested)] == ["done"] * 3
-    commands = [(c[3], next((a for a in c if a.startswith("--ckpt_path")), None)) for c in launcher.commands]
+    fake = FakeLauncher()
+    assert [launcher.execute_run(run, fake, None, options) for run in (done, partial, tested)] == ["done"] * 3
+    commands = [(c[3], next((a for a in c if a.startswith("--ckpt_path")), None)) for c in fake.commands]
     assert commands == [
         ("fit", "--ckpt_path=last"),  # the partial run resumes from its last.ckpt
         *[
@@ -271,27 +263,27 @@ def test_finished_runs_are_skipped_and_the_others_continued_where_they_stopped(t
         ],  # the fit of the third had finished, and its first test too
     ]
     for run in (partial, tested):
-        assert (run.folder / pt.DONE).is_file()
-        record = json.loads((run.folder / pt.RECORD).read_text())
-        assert record["identity"] == pt.fit_identity(run, options) and record["fit"]["finished"]
-    record = json.loads((partial.folder / pt.RECORD).read_text())
+        assert (run.folder / folders.DONE).is_file()
+        record = json.loads((run.folder / folders.RECORD).read_text())
+        assert record["identity"] == grid.fit_identity(run, options) and record["fit"]["finished"]
+    record = json.loads((partial.folder / folders.RECORD).read_text())
     assert set(record["tests"]) == {"test-labels-04000", "test-labels-08000", "test-labels-10000"}
     assert {e["returncode"] for e in record["tests"].values()} == {0} and record["fit"]["segments"][0]["wall_s"] >= 0
     # A second call has nothing left to do.
     again = FakeLauncher()
-    assert [pt.execute_run(run, again, None, options) for run in (done, partial, tested)] == ["done"] * 3
+    assert [launcher.execute_run(run, again, None, options) for run in (done, partial, tested)] == ["done"] * 3
     assert again.commands == []
 
 
 def test_runs_start_seed_by_seed_and_those_under_way_first(tmp_path):
-    configs = pt.resolve_configs(["budget_omniglot_5w1s", "budget_omniglot_5w5s"])
-    runs = pt.build_grid(configs, ["Units-NTS", "Units-ML"], [0, 1], tmp_path)
+    configs = cli.resolve_configs(["budget_omniglot_5w1s", "budget_omniglot_5w5s"])
+    runs = grid.build_grid(configs, ["Units-NTS", "Units-ML"], [0, 1], tmp_path)
     label = {run: f"{run.config.name[7:]}/{run.method}/{run.seed}" for run in runs}
     under_way = [r for r in runs if label[r] in ("omniglot_5w5s/Units-ML/0", "omniglot_5w1s/Units-NTS/1")]
     for run in under_way:
         run.folder.mkdir(parents=True)
-        (run.folder / pt.RECORD).write_text("{}")
-    assert [label[r] for r in pt.launch_order(runs)] == [
+        (run.folder / folders.RECORD).write_text("{}")
+    assert [label[r] for r in launcher.launch_order(runs)] == [
         "omniglot_5w5s/Units-ML/0",  # seed 0: the run under way first, then the grid's order
         "omniglot_5w1s/Units-NTS/0",
         "omniglot_5w1s/Units-ML/0",
@@ -310,15 +302,15 @@ def test_runs_start_seed_by_seed_and_those_under_way_first(tmp_path):
 
 def test_a_stopped_fit_is_continued_by_the_next_call_and_a_failed_one_is_named(tmp_path):
     options, (_, partial, _) = _prepare(tmp_path)
-    assert pt.execute_run(partial, FakeLauncher(returncode=143), None, options) == "stopped"
-    failed = pt.execute_run(partial, FakeLauncher(returncode=1), None, options)
+    assert launcher.execute_run(partial, FakeLauncher(returncode=143), None, options) == "stopped"
+    failed = launcher.execute_run(partial, FakeLauncher(returncode=1), None, options)
     assert failed == f"failed: fit exited with 1, see {partial.folder}/console/fit.log"
-    assert not (partial.folder / pt.DONE).exists()
-    record = json.loads((partial.folder / pt.RECORD).read_text())
+    assert not (partial.folder / folders.DONE).exists()
+    record = json.loads((partial.folder / folders.RECORD).read_text())
     assert [s["returncode"] for s in record["fit"]["segments"]] == [143, 1] and not record["fit"]["finished"]
-    launcher = FakeLauncher()
-    assert pt.execute_run(partial, launcher, None, options) == "done"
-    assert launcher.commands[0][-1] == "--ckpt_path=last"
+    fake = FakeLauncher()
+    assert launcher.execute_run(partial, fake, None, options) == "done"
+    assert fake.commands[0][-1] == "--ckpt_path=last"
 
 
 def test_a_fit_killed_after_spending_its_budget_counts_as_finished(tmp_path):
@@ -326,16 +318,16 @@ def test_a_fit_killed_after_spending_its_budget_counts_as_finished(tmp_path):
     options, (_, partial, _) = _prepare(tmp_path)
     last = _fake_checkpoint(partial.folder, step=5000)
     torch.save({"global_step": 5000, "label_ledger": {"query_sets": 10000}}, last)
-    assert pt.status(partial, options) == "partial: fit finished, 0 of 3 tests done"
+    assert folders.status(partial, options) == "partial: fit finished, 0 of 3 tests done"
     torch.save({"global_step": 4999, "label_ledger": {"query_sets": 9998}}, last)
-    assert pt.status(partial, options) == "partial: last.ckpt at step 4999"
+    assert folders.status(partial, options) == "partial: last.ckpt at step 4999"
 
 
 def test_a_folder_made_with_other_arguments_is_not_continued(tmp_path):
     options, (_, partial, _) = _prepare(tmp_path)
     _finish_fit(partial, options)
-    quick = pt.Options(options.root, options.data_root, extra=("--trainer.max_steps=20",))
-    outcome = pt.execute_run(partial, FakeLauncher(), None, quick)
+    quick = grid.Options(options.root, options.data_root, extra=("--trainer.max_steps=20",))
+    outcome = launcher.execute_run(partial, FakeLauncher(), None, quick)
     assert outcome.startswith(f"conflict: {partial.folder} was made with other arguments")
 
 
@@ -348,7 +340,7 @@ def _write_csv(path: Path, header: str, *rows: str) -> Path:
     return path
 
 
-class StoppedFit(pt.Launcher):
+class StoppedFit(launcher.Launcher):
     """A fit stopped by SIGTERM that, as Lightning's ``CSVLogger`` continuing ``version_0``, deletes the
     ``metrics.csv`` there and writes its own rows (``step,val/acc``; no file without rows)."""
 
@@ -374,35 +366,38 @@ def test_each_fit_segment_keeps_the_metrics_of_those_before(tmp_path):
     options, (_, partial, _) = _prepare(tmp_path)
     segments = [("4,0.5", "9,0.6"), ("5,0.55", "9,0.62", "14,0.7"), (), ("10,0.65", "19,0.8")]
     for rows in segments:  # the third segment is stopped before it logs anything
-        assert pt.execute_run(partial, StoppedFit(*rows), None, options) == "stopped"
+        assert launcher.execute_run(partial, StoppedFit(*rows), None, options) == "stopped"
     saved = partial.folder / "metrics"
     assert sorted(p.name for p in saved.iterdir()) == ["segment-00.csv", "segment-01.csv"]
     assert (saved / "segment-00.csv").read_text() == "step,val/acc\n4,0.5\n9,0.6\n"
     assert (saved / "segment-01.csv").read_text() == "step,val/acc\n5,0.55\n9,0.62\n14,0.7\n"
     current = partial.folder / "budget_omniglot_5w1s" / "version_0" / "metrics.csv"
-    assert pt.current_metrics(partial.folder) == [current]
+    assert metrics.current_metrics(partial.folder) == [current]
     # Every step once, the latest segment's: 9 and 14 were logged again after the resumes at 5 and 10.
     history = [("4", "0.5"), ("5", "0.55"), ("9", "0.62"), ("10", "0.65"), ("19", "0.8")]
-    assert _steps_and_accuracy(pt.run_metrics(partial.folder)) == history
+    assert _steps_and_accuracy(metrics.run_metrics(partial.folder)) == history
     # Set aside before the next segment, named after the one that wrote it (the fourth in run.json).
-    assert pt.keep_metrics(partial.folder) == [saved / "segment-03.csv"]
-    assert not current.exists() and pt.current_metrics(partial.folder) == []
-    assert _steps_and_accuracy(pt.run_metrics(partial.folder)) == history
-    assert pt.keep_metrics(partial.folder) == []  # nothing new: nothing moved
+    assert metrics.keep_metrics(partial.folder) == [saved / "segment-03.csv"]
+    assert not current.exists() and metrics.current_metrics(partial.folder) == []
+    assert _steps_and_accuracy(metrics.run_metrics(partial.folder)) == history
+    assert metrics.keep_metrics(partial.folder) == []  # nothing new: nothing moved
 
 
 def test_metrics_set_aside_never_replace_a_segment_saved_before(tmp_path):
     # run.json records one fit segment, whose metrics are saved already; two versions wrote metrics.csv since (fits
     # this script did not record, as when it is killed): both follow the saved one, oldest first.
     folder = tmp_path / "run"
-    pt.write_json(folder / pt.RECORD, {"fit": {"finished": False, "segments": [{"returncode": 143}]}})
+    folders.write_json(folder / folders.RECORD, {"fit": {"finished": False, "segments": [{"returncode": 143}]}})
     _write_csv(folder / "metrics" / "segment-00.csv", "step,val/acc", "1,0.1")
     newer = _write_csv(folder / "logs" / "version_0" / "metrics.csv", "step,val/acc", "2,0.2")
     older = _write_csv(folder / "logs" / "version_1" / "metrics.csv", "step,val/acc", "0,0.3")
     os.utime(older, ns=(1_000_000_000, 1_000_000_000))
-    assert pt.current_metrics(folder) == [older, newer]
-    assert pt.keep_metrics(folder) == [folder / "metrics" / "segment-01.csv", folder / "metrics" / "segment-02.csv"]
-    assert [p.read_text().splitlines()[1] for p in pt.saved_segments(folder)] == ["1,0.1", "0,0.3", "2,0.2"]
+    assert metrics.current_metrics(folder) == [older, newer]
+    assert metrics.keep_metrics(folder) == [
+        folder / "metrics" / "segment-01.csv",
+        folder / "metrics" / "segment-02.csv",
+    ]
+    assert [p.read_text().splitlines()[1] for p in metrics.saved_segments(folder)] == ["1,0.1", "0,0.3", "2,0.2"]
 
 
 def test_the_history_of_a_run_is_its_segments_stitched_each_step_once():
@@ -415,11 +410,13 @@ def test_the_history_of_a_run_is_its_segments_stitched_each_step_once():
     # Resumed from its checkpoint at step 99: the first segment's 99 and 120 are superseded; a new column.
     second = [{"step": "99", "val/acc": "0.52", "val/vacuity": "0.3"}, {"step": "149", "val/acc": "0.6"}]
     third = [{"step": "200", "val/acc": "0.7"}]  # resumed after the last step logged: nothing superseded
-    history = pt.stitch_metrics([first, second, [], third])
+    history = metrics.stitch_metrics([first, second, [], third])
     assert history == [*first[:2], *second, *third]
-    assert pt.stitch_metrics([first]) == first and pt.stitch_metrics([]) == []
+    assert metrics.stitch_metrics([first]) == first and metrics.stitch_metrics([]) == []
     # A segment starting at step 0 (a fit started afresh) supersedes everything before it.
-    assert pt.stitch_metrics([first, second, [{"step": "0", "val/acc": "0.1"}]]) == [{"step": "0", "val/acc": "0.1"}]
+    assert metrics.stitch_metrics([first, second, [{"step": "0", "val/acc": "0.1"}]]) == [
+        {"step": "0", "val/acc": "0.1"}
+    ]
 
 
 def test_the_history_is_read_from_the_saved_segments_in_order_then_the_current_metrics(tmp_path):
@@ -429,7 +426,7 @@ def test_the_history_is_read_from_the_saved_segments_in_order_then_the_current_m
     (folder / "metrics" / "notes.txt").write_text("not a segment")
     _write_csv(folder / "logs" / "version_0" / "metrics.csv", "step,val/acc", "40,0.8")
     _write_csv(folder / "test" / "top1-val" / "metrics.csv", "step,val/acc", "0,0.0")  # not the fit's
-    assert pt.run_metrics(folder) == [
+    assert metrics.run_metrics(folder) == [
         {"step": "10", "val/acc": "0.5"},
         {"step": "20", "val/acc": "0.6"},
         {"epoch": "1", "step": "30", "val/acc": "0.7", "val/vacuity": ""},
@@ -446,8 +443,8 @@ def test_the_best_validation_is_the_highest_logged_and_the_earliest_step_of_a_ti
         {"step": "399", "val/acc": ""},
         {"val/acc": "0.9"},  # no step: not counted
     ]
-    assert pt.best_validation(rows) == {"value": 0.7, "step": 199, "validations": 3}
-    assert pt.best_validation(rows[:1]) is None and pt.best_validation([]) is None
+    assert metrics.best_validation(rows) == {"value": 0.7, "step": 199, "validations": 3}
+    assert metrics.best_validation(rows[:1]) is None and metrics.best_validation([]) is None
 
 
 def test_the_time_limit_stops_launching_sends_sigterm_and_kills_what_ignores_it(tmp_path, monkeypatch):
@@ -460,15 +457,17 @@ def test_the_time_limit_stops_launching_sends_sigterm_and_kills_what_ignores_it(
         "pathlib.Path(sys.argv[2]).write_text('started'); time.sleep(60)"
     )
     monkeypatch.setattr(
-        pt, "fit_command", lambda run, options: [sys.executable, "-c", script, str(run.seed), str(run.folder / "x")]
+        launcher,
+        "fit_command",
+        lambda run, options: [sys.executable, "-c", script, str(run.seed), str(run.folder / "x")],
     )
     started = time.monotonic()
-    outcomes = pt.run_grid(runs, options, parallel=2, time_limit=6.0, grace=4.0, report=lambda message: None)
+    outcomes = launcher.run_grid(runs, options, parallel=2, time_limit=6.0, grace=4.0, report=lambda message: None)
     elapsed = time.monotonic() - started
     assert list(outcomes.values()) == ["stopped"] * 3 and 5.5 < elapsed < 12
     assert (runs[0].folder / "x").exists() and (runs[1].folder / "x").exists()
     assert not (runs[2].folder / "x").exists()  # not launched: no time left when a slot came free
-    segments = [json.loads((r.folder / pt.RECORD).read_text())["fit"]["segments"] for r in runs[:2]]
+    segments = [json.loads((r.folder / folders.RECORD).read_text())["fit"]["segments"] for r in runs[:2]]
     assert [s[0]["returncode"] for s in segments] == [143, -signal.SIGKILL]  # seed 1 ignores SIGTERM
 
 
@@ -501,7 +500,7 @@ def _fit(root, extra=(), ckpt_path=None, **options):
     pl.seed_everything(0, verbose=False)
     data = tiny_data(RandomSampler(tasks=2))
     last = ModelCheckpoint(dirpath=root / "checkpoints", filename="last")
-    callbacks = [last, pt.CheckpointOnSigterm(), *extra]
+    callbacks = [last, sigterm.CheckpointOnSigterm(), *extra]
     trainer = tiny_trainer(root, enable_checkpointing=True, callbacks=callbacks, **{**EPOCHS, **options})
     trainer.fit(tiny_model(sampler=data.sampler), data, ckpt_path=ckpt_path)
     return trainer.global_step, trainer.lightning_module.state_dict()
@@ -554,7 +553,7 @@ def test_tables_hold_mean_and_ci_over_seeds_beside_the_papers_numbers(tmp_path):
         _finish_test(run, "top3-val", 0.50 + run.seed / 100, below=below)
     for run in [*budget, *standard]:
         _finish_fit(run, options)
-        pt.write_json(run.folder / pt.DONE, {"finished": "now"})
+        folders.write_json(run.folder / folders.DONE, {"finished": "now"})
     unfinished = _grid(options.root, seeds=(3,), methods=("Units-ML",))[0]
     _finish_test(unfinished, "labels-04000", 0.10)  # no done.json: left out
     # One run's validation history in two fit segments: the best over both, with its step, in its runs row.
@@ -562,7 +561,7 @@ def test_tables_hold_mean_and_ci_over_seeds_beside_the_papers_numbers(tmp_path):
     _write_csv(nts0.folder / "metrics" / "segment-00.csv", "step,val/acc", "999,0.40", "1999,0.47")
     _write_csv(nts0.folder / "miniimagenet_5w1s" / "version_0" / "metrics.csv", "step,val/acc", "2999,0.45")
 
-    written = pt.write_tables([*budget, unfinished, *standard], tmp_path / "tables", extra=["--data.test_tasks=60"])
+    written = report.write_tables([*budget, unfinished, *standard], tmp_path / "tables", extra=["--data.test_tasks=60"])
     tables = json.loads(written["json"].read_text())
     row = tables["budget"]["budget_omniglot_5w1s"]["Units-ML"]["4000"]
     assert row["values"] == pytest.approx([90.0, 92.0, 94.0]) and row["seeds"] == [0, 1, 2]
@@ -580,7 +579,7 @@ def test_tables_hold_mean_and_ci_over_seeds_beside_the_papers_numbers(tmp_path):
     assert "| Units-ML | 92.00 ± 4.97 (3) | 93.00 ± 4.97 (3) | 94.00 ± 4.97 (3) |" in text
     assert "| Units-ML, paper | 95.00 | 97.90 | 98.23 |" in text
     assert "| MAML, paper | 73.44 | 80.18 | 85.56 |" in text
-    ci = pt.student_t_quantile(0.975, 1) * math.sqrt(0.5) / math.sqrt(2)  # two seeds 50, 51: std sqrt(0.5)
+    ci = statistics.student_t_quantile(0.975, 1) * math.sqrt(0.5) / math.sqrt(2)  # two seeds 50, 51: std sqrt(0.5)
     assert (
         f"| miniimagenet_5w1s | 50.50 ± {ci:.2f} (2) | 50.50 ± {ci:.2f} (2) | 60.50 ± {ci:.2f} (2), 50.0% kept |"
         in text
@@ -589,7 +588,7 @@ def test_tables_hold_mean_and_ci_over_seeds_beside_the_papers_numbers(tmp_path):
     assert "not comparable with the paper's" in text and "![budget_omniglot_5w1s](budget_omniglot_5w1s.png)" in text
     nts0_row = next(line for line in text.splitlines() if line.startswith("| Units-NTS | 0 | "))
     assert "| 47.00% (1,999; 3) |" in nts0_row
-    assert next(r for r in tables["runs"] if r["folder"] == pt.shown(nts0.folder))["best_val"] == {
+    assert next(r for r in tables["runs"] if r["folder"] == grid.shown(nts0.folder))["best_val"] == {
         "value": 0.47,
         "step": 1999,
         "validations": 3,
@@ -633,29 +632,29 @@ def test_end_to_end_through_the_command_line_resumed_then_skipped_on_a_second_ca
     argv = ["--configs", str(budget), str(standard), "--methods", "Units-ML", "--seeds", "0", "--root", str(root)]
     # The budget run stopped after its checkpoint at step 3 (6 labeled query sets, the first milestone saved): its own
     # fit command, run to step 3 here; the summary a finished fit writes is removed, as a kill leaves none.
-    (partial,) = pt.build_grid(pt.resolve_configs([str(budget)]), ["Units-ML"], [0], root)
-    cli_main([*pt.fit_command(partial, pt.Options(root, None))[3:], "--trainer.max_steps=3"])
+    (partial,) = grid.build_grid(cli.resolve_configs([str(budget)]), ["Units-ML"], [0], root)
+    cli_main([*grid.fit_command(partial, grid.Options(root, None))[3:], "--trainer.max_steps=3"])
     for summary in partial.folder.rglob("summary.json"):
         summary.unlink()
     (first,) = partial.folder.rglob("milestones/labels-00006.ckpt")
     first_written = first.stat().st_mtime_ns
     capsys.readouterr()
 
-    assert pt.main(argv) == 0, capsys.readouterr().out
+    assert cli.main(argv) == 0, capsys.readouterr().out
     assert "2 done" in capsys.readouterr().out
     fit_log = (partial.folder / "console" / "fit.log").read_text()
     assert "--ckpt_path last: resuming from " in fit_log and "last.ckpt (step 3, " in fit_log
     # The metrics of the stopped fit were set aside before the resumed one; the history holds both validations.
-    (saved,) = pt.saved_segments(partial.folder)
-    assert saved.name == "segment-00.csv" and len(pt.current_metrics(partial.folder)) == 1
-    validations = [int(row["step"]) for row in pt.run_metrics(partial.folder) if row.get("val/acc")]
+    (saved,) = metrics.saved_segments(partial.folder)
+    assert saved.name == "segment-00.csv" and len(metrics.current_metrics(partial.folder)) == 1
+    validations = [int(row["step"]) for row in metrics.run_metrics(partial.folder) if row.get("val/acc")]
     assert len(validations) == 2 and validations[0] < 3 <= validations[1]  # validation every 3 steps, stopped at 3
     assert first.stat().st_mtime_ns == first_written  # reached before the stop: not saved again
     last = torch.load(first.with_name("labels-00012.ckpt"), map_location="cpu", weights_only=True)
     assert last["global_step"] == 6 and last["label_ledger"]["query_sets"] == 12
     for name, tests in (("tiny_budget", ["labels-00006", "labels-00012"]), ("tiny_standard", ["top1-val"])):
         folder = root / name / "units-ml" / "seed0"
-        assert (folder / pt.DONE).is_file()
+        assert (folder / folders.DONE).is_file()
         for test in tests:
             results = json.loads((folder / "test" / test / "results.json").read_text())
             assert results["tasks"] == 4 and 0.0 <= results["accuracy"]["mean"] <= 1.0
@@ -666,7 +665,7 @@ def test_end_to_end_through_the_command_line_resumed_then_skipped_on_a_second_ca
 
     # Nothing is run again; the tables come from the finished runs.
     started = time.monotonic()
-    assert pt.main(argv) == 0
+    assert cli.main(argv) == 0
     assert time.monotonic() - started < 30 and "start" not in capsys.readouterr().out
     tables = json.loads((root / "tables" / "paper_tables.json").read_text())
     assert tables["budget"]["tiny_budget"]["Units-ML"]["12"]["n"] == 1
@@ -686,14 +685,14 @@ def test_a_copy_inside_another_repository_records_no_commit_of_that_repository(t
     outer_head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     monkeypatch.delenv("PAPER_TABLES_COMMIT", raising=False)
     for repo, expected in ((outer / "copy", None), (outer, outer_head)):
-        monkeypatch.setattr(pt, "REPO", repo)
-        pt.commit.cache_clear()
-        assert pt.commit() == expected, repo
+        monkeypatch.setattr(launcher, "REPO", repo)
+        launcher.commit.cache_clear()
+        assert launcher.commit() == expected, repo
     monkeypatch.setenv("PAPER_TABLES_COMMIT", "c230fc2")
-    monkeypatch.setattr(pt, "REPO", outer / "copy")
-    pt.commit.cache_clear()
-    assert pt.commit() == "c230fc2"
-    pt.commit.cache_clear()
+    monkeypatch.setattr(launcher, "REPO", outer / "copy")
+    launcher.commit.cache_clear()
+    assert launcher.commit() == "c230fc2"
+    launcher.commit.cache_clear()
 
 
 def test_units_ml_and_units_nts_are_compared_seed_by_seed(tmp_path):
@@ -711,14 +710,14 @@ def test_units_ml_and_units_nts_are_compared_seed_by_seed(tmp_path):
     finished.remove(next(r for r in budget if r.method == "Units-NTS" and r.seed == 2))  # unpaired: left out
     for run in finished:
         _finish_fit(run, options)
-        pt.write_json(run.folder / pt.DONE, {"finished": "now"})
+        folders.write_json(run.folder / folders.DONE, {"finished": "now"})
 
-    written = pt.write_tables([*budget, *standard], tmp_path / "tables")
+    written = report.write_tables([*budget, *standard], tmp_path / "tables")
     tables = json.loads(written["json"].read_text())
     paired = tables["paired"]["budget_omniglot_5w1s"]["8000"]
     assert paired["seeds"] == [0, 1] and paired["values"] == pytest.approx([1.0, 2.0])
     assert paired["mean"] == pytest.approx(1.5) and paired["n"] == 2
-    ci = pt.student_t_quantile(0.975, 1) * math.sqrt(0.5) / math.sqrt(2)  # differences 1, 2: std sqrt(0.5)
+    ci = statistics.student_t_quantile(0.975, 1) * math.sqrt(0.5) / math.sqrt(2)  # differences 1, 2: std sqrt(0.5)
     assert paired["ci95"] == pytest.approx(ci)
     assert tables["paired"]["omniglot_5w1s"]["accuracy"]["values"] == pytest.approx([1.0, 2.0])
 
@@ -735,7 +734,7 @@ def test_no_paired_row_without_both_methods(tmp_path):
     for name in ("labels-04000", "labels-08000", "labels-10000"):
         _finish_test(run, name, 0.9)
     _finish_fit(run, options)
-    pt.write_json(run.folder / pt.DONE, {"finished": "now"})
-    written = pt.write_tables([run], tmp_path / "tables")
+    folders.write_json(run.folder / folders.DONE, {"finished": "now"})
+    written = report.write_tables([run], tmp_path / "tables")
     assert json.loads(written["json"].read_text())["paired"] == {}
     assert "paired by seed" not in written["markdown"].read_text()

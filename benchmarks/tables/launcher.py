@@ -1,0 +1,266 @@
+"""Running the grid: each run's commands as subprocesses, several at a time on their GPUs, each recorded in the run's
+``run.json``, all stopped in time (SIGTERM, then SIGKILL at the limit) so that the next call continues them."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import REPO, gpu_name
+from benchmarks.tables.folders import (
+    DONE,
+    RECORD,
+    fit_finished,
+    now,
+    read_json,
+    read_results,
+    status,
+    write_json,
+)
+from benchmarks.tables.grid import (
+    Options,
+    Run,
+    evaluation_command,
+    fit_command,
+    fit_identity,
+    milestone_checkpoint,
+    shown,
+    targets_of,
+)
+from benchmarks.tables.metrics import keep_metrics
+
+STOPPED = (128 + signal.SIGTERM, -signal.SIGTERM, -signal.SIGKILL, 128 + signal.SIGINT, -signal.SIGINT)
+
+
+class Launcher:
+    """Runs commands as subprocesses, logs each to a file, and stops them all on request.
+
+    Args:
+        environment: the environment of every command; ``CUDA_VISIBLE_DEVICES`` is set per command.
+    """
+
+    def __init__(self, environment: Mapping[str, str]):
+        self.environment = dict(environment)
+        self.stopping = False
+        self._live: set[subprocess.Popen] = set()
+        self._lock = threading.Lock()
+
+    def run(self, command: Sequence[str], log: Path, gpu: str | None) -> int | None:
+        """Run ``command`` to its end; its exit status, or None when stopping (nothing launched)."""
+        log.parent.mkdir(parents=True, exist_ok=True)
+        environment = dict(self.environment)
+        if gpu is not None:
+            environment["CUDA_VISIBLE_DEVICES"] = gpu
+        with self._lock:
+            if self.stopping:
+                return None
+            with open(log, "a") as out:
+                out.write(f"$ {shlex.join(command)}\n")
+                out.flush()
+                process = subprocess.Popen(
+                    command, cwd=REPO, env=environment, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                )
+            self._live.add(process)
+        try:
+            return process.wait()
+        finally:
+            with self._lock:
+                self._live.discard(process)
+
+    def stop(self, signum: int = signal.SIGTERM) -> int:
+        """Launch nothing more and send ``signum`` to every running command; how many were running."""
+        with self._lock:
+            self.stopping = True
+            for process in self._live:
+                with contextlib.suppress(ProcessLookupError):
+                    process.send_signal(signum)
+            return len(self._live)
+
+
+def _git(*args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+@cache
+def commit() -> str | None:
+    """The checked-out commit, ``+dirty`` when tracked files differ from it. Outside a git checkout of this
+    project (a copy of it, also one inside another repository, whose commit would be the wrong one):
+    ``$PAPER_TABLES_COMMIT``, else None."""
+    top = _git("rev-parse", "--show-toplevel")
+    head = _git("rev-parse", "HEAD") if top is not None and Path(top).resolve() == REPO.resolve() else None
+    if head is None:
+        return os.environ.get("PAPER_TABLES_COMMIT")
+    return head + ("+dirty" if _git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def _record_command(run: Run, options: Options, key: str, entry: dict[str, Any]) -> dict:
+    record = read_json(run.folder / RECORD) or {
+        "config": run.config.name,
+        "method": run.method,
+        "seed": run.seed,
+        "identity": fit_identity(run, options),
+        "fit": {"finished": False, "segments": []},
+        "tests": {},
+    }
+    if key == "fit":
+        record["fit"]["segments"].append(entry)
+        record["fit"]["finished"] = record["fit"]["finished"] or entry["returncode"] == 0
+    else:
+        record["tests"][key] = entry
+    write_json(run.folder / RECORD, record)
+    return record
+
+
+def _execute(run: Run, command: list[str], key: str, launcher: Launcher, gpu: str | None, options: Options):
+    """Run one command of ``run``, record it; its exit status (None: not launched)."""
+    started, clock = now(), time.monotonic()
+    log = run.folder / "console" / f"{key}.log"
+    returncode = launcher.run(command, log, gpu)
+    if returncode is None:
+        return None
+    entry = {
+        "command": command,
+        "started": started,
+        "wall_s": round(time.monotonic() - clock, 2),
+        "returncode": returncode,
+        "commit": commit(),
+        "device": gpu_name(gpu),
+        "log": shown(log),
+    }
+    _record_command(run, options, key, entry)
+    return returncode
+
+
+def _stopped(returncode: int | None, launcher: Launcher) -> bool:
+    """Not launched, ended by a signal, or ended any way but success while stopping (Ctrl-C exits with 1)."""
+    return returncode is None or returncode in STOPPED or (returncode != 0 and launcher.stopping)
+
+
+def execute_run(run: Run, launcher: Launcher, gpu: str | None, options: Options) -> str:
+    """Continue ``run`` as far as it goes: fit (resumed), then each test without results, then ``done.json``.
+
+    Returns:
+        ``done``, ``stopped`` (by the time limit or a signal; run again), ``conflict: ...`` or ``failed: ...``.
+    """
+    state = status(run, options)
+    if state == "done" or state.startswith("conflict"):
+        return state
+    if not fit_finished(run, options):
+        keep_metrics(run.folder)
+        returncode = _execute(run, fit_command(run, options), "fit", launcher, gpu, options)
+        if _stopped(returncode, launcher):
+            return "stopped"
+        if returncode != 0:
+            return f"failed: fit exited with {returncode}, see {shown(run.folder / 'console' / 'fit.log')}"
+    for target in targets_of(run.config):
+        if read_results(run, target) is not None:
+            continue
+        if target.milestone is not None and milestone_checkpoint(run, target) is None:
+            return (
+                f"failed: the fit finished without a checkpoint at {target.milestone} labeled query sets "
+                f"({target.name}.ckpt): the label budget or the training length ends before it"
+            )
+        returncode = _execute(
+            run, evaluation_command(run, target, options), f"test-{target.name}", launcher, gpu, options
+        )
+        if _stopped(returncode, launcher):
+            return "stopped"
+        if returncode != 0 or read_results(run, target) is None:
+            log = shown(run.folder / "console" / f"test-{target.name}.log")
+            return f"failed: test {target.name} exited with {returncode}, see {log}"
+    write_json(run.folder / DONE, {"finished": now(), "commit": commit()})
+    return "done"
+
+
+def run_grid(
+    runs: Sequence[Run],
+    options: Options,
+    parallel: int = 1,
+    gpus: Sequence[str] = (),
+    time_limit: float | None = None,
+    grace: float = 60.0,
+    report: Callable[[str], None] = print,
+    started: float | None = None,
+) -> dict[Run, str]:
+    """Continue every run (in ``launch_order``), ``parallel`` at a time (slot i on ``gpus[i % len(gpus)]``), within
+    ``time_limit`` seconds.
+
+    ``grace`` seconds before the limit: nothing more is launched and the running commands get SIGTERM; at the limit
+    those still running are killed. SIGTERM or SIGINT to this process stops the same way at once.
+    """
+    environment = dict(os.environ)
+    environment["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), environment.get("PYTHONPATH")) if p)
+    environment.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // parallel)))
+    environment.setdefault("WANDB_MODE", "offline")
+    launcher = Launcher(environment)
+    slots = [gpus[i % len(gpus)] if gpus else None for i in range(parallel)]
+    free = list(slots)
+    free_lock = threading.Lock()
+    outcomes: dict[Run, str] = {}
+
+    def work(run: Run) -> None:
+        if (run.folder / DONE).is_file():
+            outcomes[run] = "done"
+            return
+        with free_lock:
+            gpu = free.pop(0)
+        try:
+            if launcher.stopping:
+                outcomes[run] = "stopped"
+                return
+            report(f"start  {run.label}" + (f" (GPU {gpu})" if gpu is not None else ""))
+            outcomes[run] = execute_run(run, launcher, gpu, options)
+        except Exception as error:  # one run's trouble (a bad file in its folder) must not stop the others
+            outcomes[run] = f"failed: {type(error).__name__}: {error}"
+        finally:
+            with free_lock:
+                free.append(gpu)
+        report(f"{outcomes[run].split(':')[0]:6} {run.label}" + (f": {outcomes[run]}" if ":" in outcomes[run] else ""))
+
+    def on_signal(signum, frame):
+        report(f"signal {signal.Signals(signum).name}: stopping the running commands (they checkpoint and exit)")
+        launcher.stop(signal.SIGTERM)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    start = time.monotonic() if started is None else started
+    try:
+        with ThreadPoolExecutor(max_workers=parallel) as pool:
+            futures = [pool.submit(work, run) for run in launch_order(runs)]
+            while not all(f.done() for f in futures):
+                time.sleep(0.5)
+                elapsed = time.monotonic() - start
+                if time_limit is not None and elapsed >= time_limit - grace and not launcher.stopping:
+                    running = launcher.stop(signal.SIGTERM)
+                    report(f"time limit: {elapsed:.0f} s of {time_limit:.0f}; SIGTERM to {running} running command(s)")
+                if time_limit is not None and elapsed >= time_limit:
+                    launcher.stop(signal.SIGKILL)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return {run: outcomes.get(run, "stopped") for run in runs}
+
+
+def launch_order(runs: Sequence[Run]) -> list[Run]:
+    """The order in which ``run_grid`` starts the runs: seed by seed (every config and method of the first seed,
+    then of the next), and within a seed the runs already under way before new ones.
+
+    GPU time comes in short stretches: this fills one seed of every table cell first (the issue asks at least one
+    seed each, three where time allows) and finishes what is under way, so fewer stopped runs wait with their
+    checkpoints. Tables and ``--dry-run`` keep the grid's own order.
+    """
+    seeds = list(dict.fromkeys(run.seed for run in runs))
+    return sorted(runs, key=lambda run: (seeds.index(run.seed), not (run.folder / RECORD).is_file()))  # stable
