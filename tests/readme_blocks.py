@@ -33,10 +33,6 @@ SKIPPED = {
     ".venv/bin/units-lightning fit --config configs/omniglot_5w1s.yaml --data.root /path/to/omniglot": (
         "needs Omniglot and CIFAR-FS (a folder you point to, or a download)"
     ),
-    "OMP_NUM_THREADS=1 .venv/bin/units-lightning fit --config configs/quickstart.yaml "
-    "--trainer.default_root_dir runs/one_thread": (
-        "re-measures a documented experiment (a one-thread quick start, then 600 test tasks at 7 angles)"
-    ),
     "units-lightning fit --config configs/omniglot_20w1s.yaml --data.root /data/omniglot": (
         "needs Omniglot and several GPUs (or machines)"
     ),

@@ -19,7 +19,7 @@ from units_lightning.runs import CONFIG, RESULTS, SUMMARY, find_run_folders, is_
 
 __all__ = ["RunInfo", "describe_run", "runs_to_report", "setting_name"]
 
-# (loss class, sampler class) -> the paper's name for the setting (README, "What one training step does").
+# (loss class, sampler class) -> the paper's name for the setting (docs/REFERENCE.md, "What one training step does").
 _SETTINGS = {
     ("CrossEntropyLoss", "RandomSampler"): "MAML",
     ("EvidentialLoss", "RandomSampler"): "Units-NTS",

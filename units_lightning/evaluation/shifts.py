@@ -76,8 +76,8 @@ class Rotation(QueryShift):
     """Query images rotated by each angle (degrees, counter-clockwise), bilinear, corners filled with ``fill``.
 
     Multiples of 90 degrees are exact (``torch.rot90``, turning the same way). The support set stays upright, so
-    accuracy can fall below chance: a glyph turned by 90 degrees looks most like another class's support (README,
-    "Evaluate").
+    accuracy can fall below chance: a glyph turned by 90 degrees looks most like another class's support
+    (docs/RESULTS.md, "Rotated queries score below chance").
 
     Args:
         angles: the angles to probe (the paper: 0 to 180 degrees).
