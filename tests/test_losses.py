@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from units_lightning.belief import belief, incorrect_belief
-from units_lightning.losses import CrossEntropyLoss, EvidentialLoss
+from units_lightning.losses import EXP_EVIDENCE_MAX_LOGIT, CrossEntropyLoss, EvidentialLoss
 
 
 def test_marginal_likelihood_matches_the_closed_form():
@@ -32,9 +32,11 @@ def test_incorrect_belief_regulariser_reduction_is_explicit(reduction, divisor):
         EvidentialLoss(ib_reduction="mean"),
         EvidentialLoss(activation="exp"),
         EvidentialLoss(activation="relu"),
+        EvidentialLoss(activation="relu", vacuity_weight=1.0),
+        EvidentialLoss(activation="exp", vacuity_weight=1.0),
         CrossEntropyLoss(),
     ],
-    ids=["softplus-sum", "softplus-mean", "exp", "relu", "cross-entropy"],
+    ids=["softplus-sum", "softplus-mean", "exp", "relu", "relu-vacuity", "exp-vacuity", "cross-entropy"],
 )
 @pytest.mark.parametrize("magnitude", [50.0, -50.0, 1e4], ids=["+50", "-50", "1e4"])
 def test_loss_and_gradients_are_finite_at_extreme_logits(loss, magnitude):
@@ -65,3 +67,125 @@ def test_bad_options_are_rejected():
         EvidentialLoss(ib_reduction="max")
     with pytest.raises(ValueError, match="activation"):
         EvidentialLoss(activation="tanh")
+
+
+def loss_before_the_options(logits, labels, eta, reduction="sum", activation="softplus"):
+    """The evidential loss as it was written before the vacuity regulariser (commit 4e55e7c), op for op."""
+    if activation == "softplus":
+        evidence = torch.nn.functional.softplus(logits)
+    elif activation == "relu":
+        evidence = torch.nn.functional.relu(logits)
+    else:
+        evidence = torch.exp(logits.clamp(max=60.0))
+    labels = labels.long()
+    strength = evidence.sum(dim=-1) + evidence.shape[-1]
+    nll = torch.log(strength) - torch.log1p(evidence.gather(-1, labels.unsqueeze(-1)).squeeze(-1))
+    loss = nll.mean()
+    if isinstance(eta, torch.Tensor) or eta != 0:
+        regulariser = incorrect_belief(belief(evidence), labels)
+        if reduction == "mean":
+            regulariser = regulariser / evidence.shape[-1]
+        loss = loss + eta * regulariser.mean()
+    return loss
+
+
+@pytest.mark.parametrize("eta", [0.0, 2.0, torch.tensor(8.0)], ids=["eta0", "eta2", "tensor-eta8"])
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"ib_reduction": "mean"}, {"activation": "relu"}, {"activation": "exp"}, {"vacuity_weight": 0.0}],
+    ids=["defaults", "mean", "relu", "exp", "regulariser-off"],
+)
+def test_the_loss_and_its_gradients_are_bit_for_bit_those_before_the_vacuity_regulariser(options, eta):
+    generator = torch.Generator().manual_seed(0)
+    logits = (3 * torch.randn(4, 6, 5, generator=generator)).requires_grad_(True)
+    labels = torch.randint(0, 5, (4, 6), generator=generator)
+    reduction, activation = options.get("ib_reduction", "sum"), options.get("activation", "softplus")
+    expected = loss_before_the_options(logits, labels, eta, reduction, activation)
+    (expected_grad,) = torch.autograd.grad(expected, logits)
+    value = EvidentialLoss(**options)(logits, labels, eta)
+    (grad,) = torch.autograd.grad(value, logits)
+    assert torch.equal(value, expected)
+    assert torch.equal(grad, expected_grad)
+
+
+def test_vacuity_regulariser_gives_gradient_at_zero_relu_evidence_where_the_papers_loss_gives_none():
+    logits = torch.tensor([[-2.0, -0.5, -3.0], [-1.0, -4.0, -0.1]], requires_grad=True)  # no evidence anywhere
+    labels = torch.tensor([2, 0])
+    (paper,) = torch.autograd.grad(EvidentialLoss(activation="relu")(logits, labels, eta=2.0), logits)
+    assert torch.equal(paper, torch.zeros_like(logits))  # the freeze: nothing moves
+    regularised = EvidentialLoss(activation="relu", vacuity_weight=0.5)
+    (grad,) = torch.autograd.grad(regularised(logits, labels, eta=2.0), logits)
+    # vacuity 1 on both samples: d(-0.5 * mean(u * o_y)) / d o_y = -0.5 / 2 on each true class, 0 elsewhere
+    expected = torch.zeros_like(logits)
+    expected[0, 2] = expected[1, 0] = -0.25
+    assert torch.equal(grad, expected)
+
+
+@pytest.mark.parametrize("activation", ["softplus", "relu", "exp"])
+def test_vacuity_regulariser_is_minus_vacuity_times_the_true_logit_with_vacuity_held_constant(activation):
+    logits = torch.tensor([[0.3, -1.2, 2.0], [1.5, 0.5, -0.7]], dtype=torch.float64, requires_grad=True)
+    labels = torch.tensor([2, 1])
+    loss = EvidentialLoss(activation=activation, vacuity_weight=3.0)
+    evidence = loss.evidence(logits.detach())
+    u = 3 / (evidence.sum(-1) + 3)
+    added = loss(logits, labels, eta=1.0) - EvidentialLoss(activation=activation)(logits, labels, eta=1.0)
+    assert added.item() == pytest.approx(-3.0 * (u * logits.detach()[[0, 1], [2, 1]]).mean().item())
+    (grad,) = torch.autograd.grad(added, logits)
+    expected = torch.zeros_like(logits)
+    expected[0, 2], expected[1, 1] = -3.0 * u[0] / 2, -3.0 * u[1] / 2  # no gradient through the vacuity
+    assert torch.allclose(grad, expected)
+
+
+@pytest.mark.parametrize(
+    "activation,evidence,slope",
+    [
+        ("softplus", lambda x: torch.log1p(torch.exp(x)), lambda x: torch.sigmoid(x)),
+        ("relu", lambda x: x.clamp(min=0), lambda x: (x > 0).double()),
+        ("exp", torch.exp, torch.exp),
+    ],
+    ids=["softplus", "relu", "exp"],
+)
+def test_each_evidence_activation_has_its_values_and_gradients(activation, evidence, slope):
+    logits = torch.tensor([-3.0, -0.5, 0.25, 2.0, 7.0], dtype=torch.float64, requires_grad=True)
+    values = EvidentialLoss(activation=activation).evidence(logits)
+    assert torch.allclose(values, evidence(logits.detach()))
+    (grad,) = torch.autograd.grad(values.sum(), logits)
+    assert torch.allclose(grad, slope(logits.detach()))
+
+
+def test_relu_evidence_has_no_gradient_below_zero_and_softplus_and_exp_keep_one():
+    logits = torch.tensor([-6.0], requires_grad=True)
+    slopes = {}
+    for activation in ("relu", "softplus", "exp"):
+        (slopes[activation],) = torch.autograd.grad(EvidentialLoss(activation=activation).evidence(logits), logits)
+    assert slopes["relu"].item() == 0.0
+    assert 0.0 < slopes["softplus"].item() < 0.01 and 0.0 < slopes["exp"].item() < 0.01
+
+
+def test_exp_evidence_is_clamped_finite_at_large_logits():
+    logits = torch.tensor([[1e4, 100.0, 0.0]], requires_grad=True)
+    loss = EvidentialLoss(activation="exp", vacuity_weight=1.0)
+    assert loss.evidence(logits)[0, 0] == loss.evidence(logits)[0, 1] == math.exp(EXP_EVIDENCE_MAX_LOGIT)
+    value = loss(logits, torch.tensor([2]), eta=8.0)
+    value.backward()
+    assert torch.isfinite(value) and torch.isfinite(logits.grad).all()
+    for dtype in (torch.float16, torch.bfloat16):  # exp(60) does not fit float16: its evidence is inf, not NaN
+        assert not loss.evidence(logits.detach().to(dtype)).isnan().any()
+
+
+@pytest.mark.parametrize("n_way", [2, 5, 20])
+def test_eta_in_mean_units_equals_eta_times_classes_in_sum_units(n_way):
+    generator = torch.Generator().manual_seed(n_way)
+    logits = 2 * torch.randn(3, 7, n_way, generator=generator, dtype=torch.float64)
+    labels = torch.randint(0, n_way, (3, 7), generator=generator)
+    eta_sum = 0.3
+    summed = EvidentialLoss(ib_reduction="sum")(logits, labels, eta=eta_sum)
+    averaged = EvidentialLoss(ib_reduction="mean")(logits, labels, eta=eta_sum * n_way)
+    assert averaged.item() == pytest.approx(summed.item(), rel=1e-12)
+    assert EvidentialLoss(ib_reduction="mean")(logits, labels, eta=eta_sum).item() < summed.item()
+
+
+@pytest.mark.parametrize("weight", [-0.1, float("nan"), float("inf")])
+def test_a_vacuity_weight_that_is_not_a_finite_non_negative_number_is_rejected(weight):
+    with pytest.raises(ValueError, match="vacuity_weight must be a finite weight >= 0"):
+        EvidentialLoss(vacuity_weight=weight)

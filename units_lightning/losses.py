@@ -3,6 +3,9 @@
 A loss object maps logits to evidence (``evidence``) and scores a labeled set (``__call__``). The
 inner loop and the outer loop use the same object; ``eta`` is passed per call because it follows a
 schedule. ``ScheduledInnerLoss`` binds a loss to the current eta for the engines' inner loop.
+``EvidentialLoss`` makes the paper's choices explicit options (the evidence activation, the reduction of the
+incorrect-belief term) and adds the vacuity regulariser of Pandey & Yu (ICML 2023) against the zero-evidence
+learning freeze, off by default.
 """
 
 from __future__ import annotations
@@ -13,9 +16,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from units_lightning.belief import belief, incorrect_belief
+from units_lightning.belief import belief, incorrect_belief, vacuity
 
-__all__ = ["CrossEntropyLoss", "EvidentialLoss", "MetaLoss", "ScheduledInnerLoss"]
+__all__ = [
+    "EXP_EVIDENCE_MAX_LOGIT",
+    "CrossEntropyLoss",
+    "EvidenceActivation",
+    "EvidentialLoss",
+    "IncorrectBeliefReduction",
+    "MetaLoss",
+    "ScheduledInnerLoss",
+    "vacuity_regulariser",
+]
 
 
 class MetaLoss:
@@ -40,43 +52,110 @@ class MetaLoss:
         return f"{type(self).__name__}({args})"
 
 
-class EvidentialLoss(MetaLoss):
-    """Negative log marginal likelihood of a Dirichlet-multinomial plus ``eta`` times incorrect belief.
+EvidenceActivation = Literal["softplus", "relu", "exp"]
+IncorrectBeliefReduction = Literal["sum", "mean"]
+EXP_EVIDENCE_MAX_LOGIT = 60.0
+"""Logits are clamped at this before ``exp`` evidence: ``exp(60) * N`` stays finite in float32 for any practical N
+and no trained logit reaches it, so values stay finite without cutting gradients in practice. There is no lower
+clamp: the authors' code clamps at -10 too, which gives logits below it zero gradient, a zero-evidence region
+of its own."""
 
-    Per sample, with ``e = softplus(logits)``, ``alpha = e + 1`` and ``S = sum(alpha)``:
-    ``L = log S - log alpha_y + eta * R_ib`` (paper Eqs. 9-11), where ``R_ib = sum_{n != y} b_n``
-    (``ib_reduction="sum"``, as the paper writes it) or that sum divided by N (``"mean"``, what the
-    authors' released code computes). ``L`` is finite for logits of any finite size.
+
+def vacuity_regulariser(logits: Tensor, labels: Tensor, evidence: Tensor) -> Tensor:
+    """Per-sample vacuity-weighted correct-evidence regulariser ``-u * o_y`` (Pandey & Yu, ICML 2023).
+
+    ``o_y`` is the logit of the true class and ``u = N / S`` the sample's vacuity, held constant (no gradient
+    flows through it). The gradient on ``o_y`` is ``-u``, whatever the evidence activation: largest (-1) for a
+    sample with no evidence at all, where the marginal likelihood and the incorrect-belief term give none
+    under ReLU evidence (the "zero-evidence region" of the paper, where learning freezes), and vanishing as
+    the sample gathers evidence. With ``exp`` evidence ``o_y = log e_y``: the paper's vacuity-weighted log
+    correct evidence. Applied to the logit for every activation, as the authors' code does (``use_vac_reg``
+    in pandeydeep9/EvidentialResearch2023). Bounded below: ``u * o_y <= N`` for ReLU and softplus evidence
+    (``o_y <= e_y <= S``), and it tends to 0 under ``exp``.
 
     Args:
-        ib_reduction: "sum" (paper) or "mean" (released code) over classes for the regulariser.
-        activation: evidence function, "softplus" (paper), "relu" or "exp" (clamped at 60).
+        logits: (..., N) raw outputs.
+        labels: (...) class indices in ``[0, N)``.
+        evidence: (..., N) the evidence of ``logits`` (only its vacuity is read, detached).
+
+    Returns:
+        (...) the regulariser of each sample.
+
+    Example:
+        >>> logits = torch.tensor([[-3.0, -1.0], [4.0, 0.0]])
+        >>> vacuity_regulariser(logits, torch.tensor([1, 0]), torch.relu(logits))  # u = 1, then u = 2/6
+        tensor([ 1.0000, -1.3333])
+    """
+    correct_logit = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+    return -vacuity(evidence.detach()) * correct_logit
+
+
+class EvidentialLoss(MetaLoss):
+    """Negative log marginal likelihood of a Dirichlet-multinomial plus ``eta`` times incorrect belief, and
+    optionally the vacuity regulariser that keeps zero-evidence samples learning.
+
+    Per sample, with evidence ``e = activation(logits)``, ``alpha = e + 1`` and ``S = sum(alpha)``:
+    ``L = log S - log alpha_y + eta * R_ib + vacuity_weight * R_vac`` where
+
+    * ``log S - log alpha_y`` is the marginal likelihood term (paper Eqs. 9-11);
+    * ``R_ib = sum_{n != y} b_n`` (``ib_reduction="sum"``, as the paper writes it) or that sum divided by N
+      (``"mean"``, what the authors' released and later code computes). ``eta`` is in the units of the
+      reduction: ``eta`` under "mean" equals ``eta / N`` under "sum" (the paper's appendix eta 2 with "sum" on
+      5-way tasks is eta 10 with "mean", 33 times the authors' CIFAR-FS 0.3);
+    * ``R_vac = -u * o_y`` (``vacuity_regulariser``; Pandey & Yu, "Learn to Accumulate Evidence from All Training
+      Samples: Theory and Practice", ICML 2023): gives gradient to samples whose evidence is zero. It is off by
+      default (``vacuity_weight=0``), so the defaults are the paper's loss.
+
+    Without the vacuity term, a strong incorrect-belief penalty can drive every logit negative: under ReLU
+    evidence those samples get exactly zero gradient (vacuity 1, accuracy at chance, and no way back: the
+    "zero-evidence learning freeze"), under softplus a vanishing one. ``CollapseMonitor`` reports that state
+    and names the options here that leave it.
+
+    The evidence activation is an option of the loss, not of the backbone: the backbone returns logits and
+    every reader of evidence (the module's beliefs and task scores, evaluation and ensembles) calls
+    ``loss.evidence``, so one choice here holds everywhere. ``L`` is finite for logits of any finite size.
+
+    Args:
+        ib_reduction: "sum" (paper) or "mean" (authors' code) over classes for the incorrect-belief term.
+        activation: evidence function: "softplus" (the paper's Units-ML), "relu" (the original evidential
+            networks, and the activation whose zero-evidence region Pandey & Yu 2023 analyse) or "exp"
+            (``exp`` of the logits clamped at ``EXP_EVIDENCE_MAX_LOGIT``).
+        vacuity_weight: weight of ``R_vac``, >= 0 (0: off, the paper's loss). It applies in the inner loop and
+            the outer loop alike, as the loss object does.
 
     Example:
         >>> loss = EvidentialLoss()
         >>> logits = torch.tensor([[50.0, -50.0]])
         >>> round(float(loss(logits, torch.tensor([0]))), 4)  # log(52) - log(51)
         0.0194
+        >>> frozen = torch.tensor([[-2.0, -3.0]], requires_grad=True)  # ReLU evidence 0: nothing to learn from
+        >>> EvidentialLoss(activation="relu", vacuity_weight=1.0)(frozen, torch.tensor([0]), eta=2.0).backward()
+        >>> frozen.grad  # without the vacuity term: zeros
+        tensor([[-1.,  0.]])
     """
 
     def __init__(
         self,
-        ib_reduction: Literal["sum", "mean"] = "sum",
-        activation: Literal["softplus", "relu", "exp"] = "softplus",
+        ib_reduction: IncorrectBeliefReduction = "sum",
+        activation: EvidenceActivation = "softplus",
+        vacuity_weight: float = 0.0,
     ):
         if ib_reduction not in ("sum", "mean"):
             raise ValueError(f"ib_reduction must be 'sum' or 'mean', got {ib_reduction!r}")
         if activation not in ("softplus", "relu", "exp"):
             raise ValueError(f"activation must be 'softplus', 'relu' or 'exp', got {activation!r}")
+        if not vacuity_weight >= 0 or vacuity_weight == float("inf"):
+            raise ValueError(f"vacuity_weight must be a finite weight >= 0 (0 switches it off), got {vacuity_weight}")
         self.ib_reduction = ib_reduction
         self.activation = activation
+        self.vacuity_weight = vacuity_weight
 
     def evidence(self, logits: Tensor) -> Tensor:
         if self.activation == "softplus":
             return F.softplus(logits)
         if self.activation == "relu":
             return F.relu(logits)
-        return torch.exp(logits.clamp(max=60.0))
+        return torch.exp(logits.clamp(max=EXP_EVIDENCE_MAX_LOGIT))
 
     def __call__(self, logits: Tensor, labels: Tensor, eta: float | Tensor = 0.0) -> Tensor:
         evidence = self.evidence(logits)
@@ -89,20 +168,22 @@ class EvidentialLoss(MetaLoss):
             if self.ib_reduction == "mean":
                 regulariser = regulariser / evidence.shape[-1]
             loss = loss + eta * regulariser.mean()
+        if self.vacuity_weight != 0:  # off: not computed, so the default loss is the paper's, op for op
+            loss = loss + self.vacuity_weight * vacuity_regulariser(logits, labels, evidence).mean()
         return loss
 
 
 class CrossEntropyLoss(MetaLoss):
     """Softmax cross-entropy: with the random sampler this is plain MAML.
 
-    Beliefs for logging come from ``exp(logits)`` as evidence (clamped at 60 to stay finite), the
+    Beliefs for logging come from ``exp(logits)`` as evidence (clamped at ``EXP_EVIDENCE_MAX_LOGIT``), the
     Dirichlet whose expected probability is the softmax up to the +1 prior.
     """
 
     uses_eta = False
 
     def evidence(self, logits: Tensor) -> Tensor:
-        return torch.exp(logits.clamp(max=60.0))
+        return torch.exp(logits.clamp(max=EXP_EVIDENCE_MAX_LOGIT))
 
     def __call__(self, logits: Tensor, labels: Tensor, eta: float | Tensor = 0.0) -> Tensor:
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1).long())
