@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -143,3 +144,89 @@ def project_options():
 def fit_options():
     """``fit_options(run, steps=3)``: the trainer options of a short CPU fit writing ``run/checkpoints/last.ckpt``."""
     return _fit_options
+
+
+class FakeLabelStudio:
+    """The few Label Studio API calls `select` and `ingest` make, served by a local HTTP server, for fast tests.
+
+    Like Label Studio, it serves ``/data/local-files/?d=<path>`` from its document root only (404 elsewhere), and
+    refuses a local file storage outside that root. ``projects[id]`` holds the imported tasks, to which a test adds
+    annotations before ``ingest`` fetches the export.
+    """
+
+    def __init__(self, document_root: Path):
+        import http.server
+        import threading
+        import urllib.parse
+
+        self.document_root, self.projects, self.deleted = Path(document_root), {}, []
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):  # quiet
+                pass
+
+            def _answer(self, status: int, body=None, raw: bytes | None = None):
+                content = raw if raw is not None else json.dumps(body).encode() if body is not None else b""
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(content)))
+                self.end_headers()
+                self.wfile.write(content)
+
+            def _body(self):
+                return json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"null")
+
+            def do_POST(self):
+                body, path = self._body(), self.path
+                if path == "/api/projects/":
+                    number = len(fake.projects) + len(fake.deleted) + 1
+                    fake.projects[number] = {"title": body["title"], "label_config": body["label_config"], "tasks": []}
+                    return self._answer(201, {"id": number})
+                if path == "/api/storages/localfiles/":
+                    inside = Path(body["path"]).resolve().is_relative_to(fake.document_root.resolve())
+                    return self._answer(201 if inside else 400, {"id": 1} if inside else {"detail": "not in root"})
+                if path.endswith("/import"):
+                    tasks = fake.projects[int(path.split("/")[3])]["tasks"]
+                    for task in body:
+                        tasks.append({**task, "id": 1000 + len(tasks), "annotations": []})
+                    return self._answer(201, {"task_count": len(body)})
+                return self._answer(404, {"detail": path})
+
+            def do_DELETE(self):
+                number = int(self.path.split("/")[3])
+                fake.deleted.append(fake.projects.pop(number))
+                return self._answer(204)
+
+            def do_GET(self):
+                parsed = urllib.parse.urlparse(self.path)
+                if parsed.path == "/data/local-files/":
+                    file = fake.document_root / urllib.parse.parse_qs(parsed.query)["d"][0]
+                    if file.is_file():
+                        return self._answer(200, raw=file.read_bytes())
+                    return self._answer(404, {"detail": "not found"})
+                if parsed.path.endswith("/export"):
+                    return self._answer(200, fake.projects[int(parsed.path.split("/")[3])]["tasks"])
+                return self._answer(404, {"detail": self.path})
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def fake_label_studio(tmp_path):
+    """``fake_label_studio(document_root)``: a fake Label Studio serving local files from ``document_root``."""
+    servers = []
+
+    def start(document_root: Path) -> FakeLabelStudio:
+        servers.append(FakeLabelStudio(document_root))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()

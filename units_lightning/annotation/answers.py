@@ -9,11 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Answer", "read_answers", "read_answers_csv", "read_label_studio_export"]
+__all__ = ["CANT_TELL", "Answer", "read_answers", "read_answers_csv", "read_label_studio_export"]
 
 # The names the Label Studio project of a batch uses (units_lightning.annotation.label_studio writes them).
 IMAGE_KEY = "image_id"
 CHOICES_NAME = "label"
+# The answer of a person who cannot tell the image's class (a choice of the labeling page, a value of the CSV).
+CANT_TELL = "can't tell"
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,8 @@ class Answer:
 def read_answers_csv(path: str | Path) -> list[Answer]:
     """Answers from a CSV with an ``image`` and a ``label`` column (``batch.csv`` filled in; other columns ignored).
 
-    Rows whose ``label`` is empty are not answers (``ingest`` names the images still without one).
+    Rows whose ``label`` is empty are not answers (``ingest`` keeps their query sets pending); ``can't tell`` is
+    one. Several rows may answer one image (several annotators: ``ingest``'s agreement rule decides).
 
     Raises:
         ValueError: the file lacks an ``image`` or a ``label`` column.
@@ -62,8 +65,8 @@ def _choices(result: Sequence[dict[str, Any]]) -> list[str]:
 def read_label_studio_export(tasks: Sequence[dict[str, Any]], source: str) -> list[Answer]:
     """Answers from Label Studio's JSON export of a batch's project (``exportType=JSON``, or ``JSON_MIN``).
 
-    Every submitted annotation of a task is an answer (cancelled ones are skipped), so two annotators who
-    disagree on an image give two answers, which ``ingest`` reports.
+    Every submitted annotation of a task is an answer, so several annotators give several answers, which
+    ``ingest``'s agreement rule reconciles. A skipped annotation (Label Studio's Skip) is a "can't tell" answer.
 
     Args:
         tasks: the export, a list of tasks.
@@ -83,9 +86,11 @@ def read_label_studio_export(tasks: Sequence[dict[str, Any]], source: str) -> li
             raise ValueError(f"{where} has no {IMAGE_KEY!r}: export the Label Studio project that `select` created")
         if "annotations" in task:
             for annotation in task["annotations"]:
-                if not annotation.get("was_cancelled"):
-                    for label in _choices(annotation.get("result", [])):
-                        answers.append(Answer(image, label, f"{where} annotation {annotation.get('id', '?')}"))
+                at = f"{where} annotation {annotation.get('id', '?')}"
+                if annotation.get("was_cancelled"):
+                    answers.append(Answer(image, CANT_TELL, at + " (skipped)"))
+                else:
+                    answers += [Answer(image, label, at) for label in _choices(annotation.get("result", []))]
         elif CHOICES_NAME in task:
             answers.append(Answer(image, str(task[CHOICES_NAME]), where))
     return answers

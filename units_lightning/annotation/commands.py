@@ -8,34 +8,42 @@ runnable as ``python -m units_lightning.annotation.commands select ...``.
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
 import os
 import sys
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from jsonargparse import ActionConfigFile, ArgumentParser
 
+from units_lightning.annotation.agreement import AGREEMENT_RULES
 from units_lightning.annotation.answers import Answer, read_answers, read_label_studio_export
 from units_lightning.annotation.atomic import write_text_atomically
-from units_lightning.annotation.batch import AnnotationBatch, read_manifest, write_batch
+from units_lightning.annotation.batch import MANIFEST_NAME, AnnotationBatch, read_manifest, write_batch
 from units_lightning.annotation.datamodule import AnnotatedTasksDataModule
-from units_lightning.annotation.ingest import ingest
+from units_lightning.annotation.ingest import IngestOutcome, ingest_outcome
+from units_lightning.annotation.label_store import LabeledQuerySet, SelectedBatch
 from units_lightning.annotation.label_studio import (
+    DOCUMENT_ROOT_VARIABLE,
+    HINT_VACUITY,
     LabelStudio,
+    document_root,
     image_urls,
     send_batch,
     write_import_files,
 )
-from units_lightning.annotation.layout import TASKS_FOLDER
+from units_lightning.annotation.layout import TASKS_FOLDER, load_project
 from units_lightning.annotation.selection import select_batch
 from units_lightning.data.episodic import EpisodicDataModule
 from units_lightning.evaluation.checkpoints import load_checkpoint
 from units_lightning.module import UnitsMAML
-from units_lightning.samplers import RandomSampler
+from units_lightning.samplers import RandomSampler, TaskSampler
 
-__all__ = ["ingest_main", "main", "schedule_at", "select_main"]
+__all__ = ["disputes_csv", "ingest_main", "main", "schedule_at", "select_main"]
 
 TOKEN_VARIABLE = "LABEL_STUDIO_API_KEY"
 # Sections of a fit config that select does not use (the trainer, the CLI's own options).
@@ -74,6 +82,13 @@ def _select_parser() -> ArgumentParser:
         help="the checkpoint that chooses (fit's last.ckpt); without one (a new project) the batch is random",
     )
     parser.add_argument("--budget", type=int, required=True, help="query sets to choose for this batch")
+    parser.add_subclass_arguments(
+        TaskSampler,
+        "acquisition",
+        required=False,
+        help="the acquisition that scores and chooses, a sampler by class_path (e.g. "
+        "units_lightning.samplers.MarginSampler; default: the config's data.sampler); random without --ckpt_path",
+    )
     parser.add_argument("--output", type=str, default=None, help="the batch's folder (default <root>/batches/<id>)")
     parser.add_argument("--batch_id", type=str, default=None, help="the batch's id (default batch-<n>-<hash>)")
     parser.add_argument("--label_budget", type=int, default=None, help="the project's budget of labeled query sets")
@@ -84,9 +99,28 @@ def _select_parser() -> ArgumentParser:
         "--label_studio_files_root",
         type=str,
         default=None,
-        help="Label Studio's LABEL_STUDIO_LOCAL_FILES_DOCUMENT_ROOT (default: the project folder)",
+        help=f"the folder Label Studio serves local files from, its {DOCUMENT_ROOT_VARIABLE} (default: that "
+        "variable of this shell, else the project folder); select checks that an image loads",
     )
     parser.add_argument("--image_url_prefix", type=str, default=None, help="serve images from this URL instead")
+    parser.add_argument(
+        "--hint_vacuity",
+        type=float,
+        default=HINT_VACUITY,
+        help="pre-select the model's class only for images whose vacuity is below this (above: a hint only)",
+    )
+    parser.add_argument(
+        "--cancel",
+        type=list[str],
+        default=[],
+        help="give up these pending batches first (their query sets not ingested yet go back to the pool)",
+    )
+    parser.add_argument(
+        "--alongside",
+        type=bool,
+        default=False,
+        help="select a new batch while others are pending (their images are left out of it)",
+    )
     return parser
 
 
@@ -132,13 +166,15 @@ def _restore(model: UnitsMAML, ckpt_path: str | None) -> tuple[int, float]:
 
 def _send(batch: AnnotationBatch, config: Any, folder: Path) -> tuple[AnnotationBatch, str]:
     """Create the batch's Label Studio project (with a URL) or write its import files; returns the batch and where."""
-    urls = image_urls(batch.project, config.label_studio_files_root, config.image_url_prefix)
+    urls = image_urls(batch.project, document_root(config.label_studio_files_root), config.image_url_prefix)
+    supports = {task.name: task.support for task in load_project(batch.project).tasks}
     if config.label_studio_url:
         token = config.label_studio_token or os.environ.get(TOKEN_VARIABLE, "")
         files = None if config.image_url_prefix else Path(batch.project) / TASKS_FOLDER
-        batch = send_batch(batch, LabelStudio(config.label_studio_url, token), urls, files)
+        client = LabelStudio(config.label_studio_url, token)
+        batch = send_batch(batch, client, urls, files, supports, config.hint_vacuity)
         return batch, f"Label Studio project {batch.label_studio['project']} at {config.label_studio_url}"
-    written = write_import_files(batch, folder / "label_studio", urls)
+    written = write_import_files(batch, folder / "label_studio", urls, supports, config.hint_vacuity)
     return batch, f"Label Studio import files {', '.join(p.name for p in written)} in {_shown(folder / 'label_studio')}"
 
 
@@ -160,6 +196,7 @@ def select_main(argv: Sequence[str] | None = None) -> None:
             f"units_lightning.annotation.AnnotatedTasksDataModule, not {type(data).__name__}"
         )
     model.sampler = data.sampler
+    _cancel_and_check_pending(data, config)
     step, lam = _restore(model, config.ckpt_path)
     batch = select_batch(
         model.to(config.device),
@@ -170,12 +207,56 @@ def select_main(argv: Sequence[str] | None = None) -> None:
         checkpoint=str(Path(config.ckpt_path).resolve()) if config.ckpt_path else "",
         label_budget=config.label_budget,
         batch_id=config.batch_id,
-        sampler=None if config.ckpt_path else RandomSampler(),
+        sampler=built.acquisition if config.ckpt_path else RandomSampler(),
     )
     folder = Path(config.output) if config.output else Path(batch.project) / "batches" / batch.id
+    store = data.label_store()
+    if (folder / MANIFEST_NAME).exists() or store.selected_batch(batch.id) or store.batch(batch.id):
+        raise ValueError(
+            f"the project has a batch {batch.id} already ({_shown(folder)}); a batch is never overwritten: pass "
+            "another --batch_id or --output, or ingest or --cancel that batch"
+        )
     batch, where = _send(batch, config, folder)
     write_batch(batch, folder)
+    out = SelectedBatch(
+        batch.id,
+        str(folder.resolve()),
+        batch.created,
+        tuple(LabeledQuerySet(s.task, tuple(p.image for p in s.images)) for s in batch.query_sets),
+    )
+    store.with_selected(out).save(data.labels)
     print(_report(batch, folder, where), flush=True)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _cancel_and_check_pending(data: AnnotatedTasksDataModule, config: Any) -> None:
+    """Cancel the batches of ``--cancel`` (the store saved), then refuse to select while batches are pending,
+    unless ``--alongside``.
+
+    Raises:
+        ValueError: a batch to cancel is unknown or not pending; batches are pending and ``--alongside`` is off
+            (the message names them and the choices).
+    """
+    store = data.label_store()
+    if config.cancel:
+        for batch_id in config.cancel:
+            store = store.with_cancelled(batch_id, _now())
+        store.save(data.labels)
+        print(f"units-lightning select: cancelled {', '.join(config.cancel)}", flush=True)
+    pending = store.pending()
+    if pending and not config.alongside:
+        listed = "; ".join(
+            f"{b.id} ({len(store.pending_sets(b))} of {len(b.query_sets)} query sets not ingested, {_shown(b.folder)})"
+            for b in pending
+        )
+        raise ValueError(
+            f"{len(pending)} batch(es) pending: {listed}. Nothing was selected. Ingest it (units-lightning ingest "
+            f"--batch <folder>), or select another batch beside it with --alongside true (its images are left "
+            f"out), or give it up with --cancel {pending[0].id}"
+        )
 
 
 def _ingest_parser() -> argparse.ArgumentParser:
@@ -192,6 +273,15 @@ def _ingest_parser() -> argparse.ArgumentParser:
         "JSON export of the batch's project; default: fetch that export from the Label Studio the batch was sent to",
     )
     parser.add_argument("--labels", default=None, help="the label store (default: the one the batch names)")
+    parser.add_argument(
+        "--agreement",
+        choices=AGREEMENT_RULES,
+        default="majority",
+        help="how several answers for an image make its class: more than half agree (majority) or all (unanimous)",
+    )
+    parser.add_argument(
+        "--annotators", type=int, default=1, help="answers wanted per image before it counts (default 1)"
+    )
     parser.add_argument("--label_studio_url", default=None, help="Label Studio to fetch from (default: the batch's)")
     parser.add_argument("--label_studio_token", default=None, help=f"API token (default ${TOKEN_VARIABLE})")
     return parser
@@ -213,8 +303,52 @@ def _fetch(batch: AnnotationBatch, folder: Path, url: str | None, token: str | N
     return read_label_studio_export(export, source), source
 
 
+def disputes_csv(outcome: IngestOutcome) -> str:
+    """The disputed images, one row per answer (``image``, ``task``, ``answer``, ``where``), to review."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["image", "answer", "where"])
+    for disputed in outcome.disputes:
+        writer.writerows([disputed.image, a.label, a.where] for a in disputed.answers)
+    return buffer.getvalue()
+
+
+def _ingest_report(batch: AnnotationBatch, outcome: IngestOutcome, labels: str, folder: Path) -> str:
+    store, ledger = outcome.store, outcome.store.ledger
+    images = sum(len(s.images) for s in outcome.labeled)
+    lines = [
+        f"units-lightning ingest: batch {batch.id}, {len(outcome.labeled)} query sets ({images} images) into "
+        f"{_shown(labels)}"
+    ]
+    if outcome.removed:
+        cant = sum(len(s.cant_tell) for s in outcome.removed)
+        lines.append(
+            f"  {len(outcome.removed)} query set(s) removed: {cant} image(s) could not be told (never offered again; "
+            f"the project has {len(store.cant_tell)})"
+        )
+    if outcome.pending:
+        lines.append(
+            f"  {len(outcome.pending)} query set(s) still pending (answers missing or disputed): ingest the batch "
+            "again once they are answered"
+        )
+    if outcome.disputes:
+        lines.append(f"  {len(outcome.disputes)} disputed image(s) to review: {_shown(folder / 'disputes.csv')}")
+    budget = f" of a budget of {batch.label_budget}" if batch.label_budget else ""
+    batches = len({b.id for b in store.batches})
+    lines.append(
+        f"  the project has {ledger.get('query_sets', 0)} labeled query sets ({ledger.get('query_images', 0)} images)"
+        f"{budget} from {batches} batch{'es' if batches != 1 else ''}; train on them with units-lightning fit "
+        "(docs/ANNOTATION.md)"
+    )
+    return "\n".join(lines)
+
+
 def ingest_main(argv: Sequence[str] | None = None) -> None:
-    """``units-lightning ingest --batch FOLDER [--answers FILE]``.
+    """``units-lightning ingest --batch FOLDER [--answers FILE] [--agreement RULE] [--annotators N]``.
+
+    Takes in the batch's complete query sets, removes those with an image people could not tell, and keeps the
+    rest pending (a later ``ingest`` of the batch takes them); the disputed images are written to
+    ``<batch folder>/disputes.csv``.
 
     Raises:
         ValueError: the manifest or the answers cannot be read; ``IngestError`` (a ``ValueError``): the answers
@@ -224,21 +358,19 @@ def ingest_main(argv: Sequence[str] | None = None) -> None:
     parser = _ingest_parser()
     args = parser.parse_args(None if argv is None else list(argv))
     batch = read_manifest(args.batch)
+    folder = Path(args.batch) if Path(args.batch).is_dir() else Path(args.batch).parent
     if args.answers:
         answers, source = read_answers(args.answers), str(Path(args.answers).resolve())
     else:
-        folder = Path(args.batch) if Path(args.batch).is_dir() else Path(args.batch).parent
         answers, source = _fetch(batch, folder, args.label_studio_url, args.label_studio_token)
-    store = ingest(batch, answers, source, args.labels)
-    ledger, batches = store.ledger, len(store.batches)
-    budget = f" of a budget of {batch.label_budget}" if batch.label_budget else ""
-    print(
-        f"units-lightning ingest: batch {batch.id}, {len(batch.query_sets)} query sets "
-        f"({sum(len(s.images) for s in batch.query_sets)} images) into {_shown(args.labels or batch.labels)}\n"
-        f"  the project has {ledger['query_sets']} labeled query sets ({ledger['query_images']} images){budget} from "
-        f"{batches} batch{'es' if batches != 1 else ''}; train on them with units-lightning fit (docs/ANNOTATION.md)",
-        flush=True,
-    )
+    labels = args.labels or batch.labels
+    outcome = ingest_outcome(batch, answers, source, labels, args.agreement, args.annotators)
+    disputes = folder / "disputes.csv"
+    if outcome.disputes:
+        write_text_atomically(disputes, disputes_csv(outcome))
+    elif disputes.exists():
+        disputes.unlink()  # resolved since the last ingest
+    print(_ingest_report(batch, outcome, labels, folder), flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

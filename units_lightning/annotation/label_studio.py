@@ -1,12 +1,17 @@
-"""An annotation batch as a Label Studio project: image classification with the task's classes as choices and the
-model's predictions as pre-annotations; created through Label Studio's REST API, or written as files to import.
+"""An annotation batch as a Label Studio project: image classification with the task's classes as choices, each
+shown with its support images, a "can't tell" choice, and the model's suggestion as a hint; created through Label
+Studio's REST API, or written as files to import.
 
 One Label Studio task per image. Its data carry the image's name in the project (``image_id``), the batch, the
-task and the task's classes, which the labeling config turns into the choices (``<Choices value="$choices">``:
-each image offers only its own task's classes). The model's predicted class is a prediction, shown to the
-annotator as a pre-annotation. Images are served by Label Studio's local file storage
-(``/data/local-files/?d=<path under LABEL_STUDIO_LOCAL_FILES_DOCUMENT_ROOT>``) or from any web server that serves
-the project folder (``image_url_prefix``).
+task, the query set, the model's uncertainty about the image (``vacuity``, ``dissonance``, ``confidence``) and the
+query set's score (``query_set_score``: what ``select`` chose by), so that people can sort and filter by them, and
+the task's classes, which the labeling config turns into the choices (``<Choices value="$choices">``: each image
+offers only its own task's classes, each with its support images, then "can't tell"). The model's suggestion is
+written as a hint (``hint``); it is also a pre-annotation, pre-selected, only when the model is sure enough (its
+vacuity below ``hint_vacuity``), and an untrained model (a batch chosen without a checkpoint) suggests nothing.
+Images are served by Label Studio's local file storage (``/data/local-files/?d=<path under
+LABEL_STUDIO_LOCAL_FILES_DOCUMENT_ROOT>``) or from any web server that serves the project folder
+(``image_url_prefix``); ``send_batch`` fetches one image through Label Studio to check that they load.
 
 Nothing here imports Label Studio: the API is plain HTTP with a token (``Authorization: Token <token>``).
 """
@@ -14,22 +19,29 @@ Nothing here imports Label Studio: the API is plain HTTP with a token (``Authori
 from __future__ import annotations
 
 import base64
+import html
 import json
+import os
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from units_lightning.annotation.answers import CHOICES_NAME, IMAGE_KEY
+from units_lightning.annotation.answers import CANT_TELL, CHOICES_NAME, IMAGE_KEY
 from units_lightning.annotation.atomic import write_text_atomically
-from units_lightning.annotation.batch import AnnotationBatch
+from units_lightning.annotation.batch import AnnotationBatch, ImagePrediction
 
 __all__ = [
+    "DOCUMENT_ROOT_VARIABLE",
+    "HINT_VACUITY",
     "LABEL_CONFIG",
     "LabelStudio",
     "LabelStudioError",
+    "check_image_served",
+    "document_root",
+    "hint",
     "image_urls",
     "label_studio_tasks",
     "send_batch",
@@ -37,11 +49,14 @@ __all__ = [
 ]
 
 IMAGE_NAME = "image"
+DOCUMENT_ROOT_VARIABLE = "LABEL_STUDIO_LOCAL_FILES_DOCUMENT_ROOT"
+HINT_VACUITY = 0.5  # the model's class is pre-selected only below this vacuity (N / S: 1 when it has no evidence)
+SUPPORT_SHOWN = 5  # support images shown beside a class choice
 LABEL_CONFIG = f"""<View>
-  <Header value="Task $task: which class is this image?"/>
-  <Image name="{IMAGE_NAME}" value="$image"/>
-  <Choices name="{CHOICES_NAME}" toName="{IMAGE_NAME}" choice="single-radio" showInline="true" required="true"
-           value="$choices"/>
+  <Header value="Task $task: which class is this image? Compare it with each class's support images."/>
+  <Image name="{IMAGE_NAME}" value="$image" maxWidth="320px"/>
+  <Header value="$hint" size="6"/>
+  <Choices name="{CHOICES_NAME}" toName="{IMAGE_NAME}" choice="single-radio" required="true" value="$choices"/>
 </View>
 """
 
@@ -49,6 +64,16 @@ LABEL_CONFIG = f"""<View>
 class LabelStudioError(OSError):
     """A Label Studio API call that failed (an I/O error, as a refused connection is); the message names the call,
     the status and what the server said."""
+
+
+def document_root(explicit: str | Path | None = None) -> Path | None:
+    """The folder Label Studio serves local files from: ``explicit`` when given, else the
+    ``LABEL_STUDIO_LOCAL_FILES_DOCUMENT_ROOT`` variable (the one Label Studio itself reads, so a shell that
+    exports it for the server gives the same folder to ``select``), else None."""
+    if explicit is not None:
+        return Path(explicit).expanduser().resolve()
+    variable = os.environ.get(DOCUMENT_ROOT_VARIABLE, "").strip()
+    return Path(variable).expanduser().resolve() if variable else None
 
 
 def image_urls(
@@ -59,7 +84,7 @@ def image_urls(
     Args:
         project_root: the project folder.
         files_root: the folder Label Studio serves local files from (its ``LABEL_STUDIO_LOCAL_FILES_DOCUMENT_ROOT``;
-            default: the project folder); the project must lie inside it.
+            default: that variable of this environment, else the project folder); the project must lie inside it.
         prefix: a URL under which a web server serves the project folder; replaces local file serving.
 
     Raises:
@@ -74,7 +99,7 @@ def image_urls(
     if prefix is not None:
         return lambda image: prefix.rstrip("/") + "/" + urllib.parse.quote(image)
     project_root = Path(project_root)
-    files_root = Path(files_root) if files_root is not None else project_root
+    files_root = Path(files_root) if files_root is not None else document_root() or project_root
     try:
         inside = project_root.relative_to(files_root).as_posix()
     except ValueError:
@@ -87,49 +112,109 @@ def image_urls(
     return lambda image: "/data/local-files/?d=" + urllib.parse.quote(base + image)
 
 
-def label_studio_tasks(batch: AnnotationBatch, url: Callable[[str], str]) -> list[dict[str, Any]]:
-    """The batch as Label Studio tasks to import: one per image, with the model's prediction as a pre-annotation
-    (none for a batch chosen without a checkpoint: an untrained model's guess would only mislead)."""
+def hint(prediction: ImagePrediction | None, hint_vacuity: float = HINT_VACUITY) -> tuple[str, bool]:
+    """The model's suggestion for an image as the labeling page shows it, and whether it is pre-selected.
+
+    No suggestion without a prediction (a batch chosen by no trained model); below ``hint_vacuity`` the class is
+    pre-selected, above it the page only names it and says the model is unsure, so that nobody is anchored to a
+    guess made without evidence.
+
+    Example:
+        >>> p = ImagePrediction("a.png", "/p/a.png", "wren", {"wren": 0.6, "tit": 0.4}, vacuity=0.8, dissonance=0.1)
+        >>> hint(p)
+        ("The model's guess: wren (p 0.60), unsure (vacuity 0.80): not pre-selected", False)
+        >>> hint(None)
+        ('', False)
+    """
+    if prediction is None:
+        return "", False
+    sure = prediction.vacuity < hint_vacuity
+    guess = f"The model's guess: {prediction.predicted} (p {prediction.probabilities[prediction.predicted]:.2f})"
+    if sure:
+        return f"{guess}, vacuity {prediction.vacuity:.2f}: pre-selected, check it", True
+    return f"{guess}, unsure (vacuity {prediction.vacuity:.2f}): not pre-selected", False
+
+
+def _choice(name: str, images: Sequence[str], url: Callable[[str], str]) -> dict[str, str]:
+    """A class choice showing its name and its support images (``html`` of a dynamic ``<Choice>``)."""
+    pictures = "".join(
+        f'<img src="{html.escape(url(i))}" alt="{html.escape(name)}" style="height:64px;margin:2px;'
+        'border:1px solid #ccc"/>'
+        for i in images[:SUPPORT_SHOWN]
+    )
+    return {"value": name, "html": f"<span><b>{html.escape(name)}</b> {pictures}</span>"}
+
+
+def label_studio_tasks(
+    batch: AnnotationBatch,
+    url: Callable[[str], str],
+    supports: Mapping[str, Sequence[Sequence[str]]] | None = None,
+    hint_vacuity: float = HINT_VACUITY,
+) -> list[dict[str, Any]]:
+    """The batch as Label Studio tasks to import: one per image.
+
+    Args:
+        batch: the batch.
+        url: the images' URLs (``image_urls``).
+        supports: ``{task: the support images of each of its classes, in the order of its classes}``
+            (``AnnotationTask.support``), shown beside each choice; None: the choices show class names only.
+        hint_vacuity: the model's class is a pre-annotation (pre-selected) only for images whose vacuity is below
+            this; every image of a batch chosen without a checkpoint gets no suggestion at all.
+    """
+    supports = supports or {}
     tasks = []
     for number, query_set in enumerate(batch.query_sets):
+        shown = supports.get(query_set.task, [()] * len(query_set.classes))
+        choices = [_choice(c, images, url) for c, images in zip(query_set.classes, shown, strict=True)]
+        choices.append({"value": CANT_TELL, "html": f"<i>{CANT_TELL}</i>"})
         for p in query_set.images:
+            text, preselect = hint(p if batch.checkpoint else None, hint_vacuity)
             result = {
                 "from_name": CHOICES_NAME,
                 "to_name": IMAGE_NAME,
                 "type": "choices",
                 "value": {"choices": [p.predicted]},
             }
-            tasks.append(
-                {
-                    "data": {
-                        IMAGE_NAME: url(p.image),
-                        IMAGE_KEY: p.image,
-                        "batch": batch.id,
-                        "task": query_set.task,
-                        "query_set": number,
-                        "choices": [{"value": c} for c in query_set.classes],
-                    },
-                    "predictions": [
-                        {
-                            "model_version": f"step {batch.step}",
-                            "score": p.probabilities[p.predicted],
-                            "result": [result],
-                        }
-                    ]
-                    if batch.checkpoint
-                    else [],
-                }
-            )
+            data = {
+                IMAGE_NAME: url(p.image),
+                IMAGE_KEY: p.image,
+                "batch": batch.id,
+                "task": query_set.task,
+                "query_set": number,
+                "query_set_score": query_set.score,
+                "choices": choices,
+                "hint": text,
+            }
+            if batch.checkpoint:
+                data.update(
+                    suggested=p.predicted,
+                    confidence=p.probabilities[p.predicted],
+                    vacuity=p.vacuity,
+                    dissonance=p.dissonance,
+                )
+            prediction = {
+                "model_version": f"step {batch.step}",
+                "score": p.probabilities[p.predicted],
+                "result": [result],
+            }
+            tasks.append({"data": data, "predictions": [prediction] if preselect else []})
     return tasks
 
 
-def write_import_files(batch: AnnotationBatch, folder: str | Path, url: Callable[[str], str]) -> list[Path]:
-    """Write ``label_config.xml`` (the project's labeling interface) and ``tasks.json`` (the tasks to import) into
-    ``folder``, for a Label Studio the command cannot reach; returns their paths."""
+def write_import_files(
+    batch: AnnotationBatch,
+    folder: str | Path,
+    url: Callable[[str], str],
+    supports: Mapping[str, Sequence[Sequence[str]]] | None = None,
+    hint_vacuity: float = HINT_VACUITY,
+) -> list[Path]:
+    """Write ``label_config.xml`` (the project's labeling interface) and ``tasks.json`` (the tasks to import, see
+    ``label_studio_tasks``) into ``folder``, for a Label Studio the command cannot reach; returns their paths."""
     folder = Path(folder)
     config, tasks = folder / "label_config.xml", folder / "tasks.json"
     write_text_atomically(config, LABEL_CONFIG)
-    write_text_atomically(tasks, json.dumps(label_studio_tasks(batch, url), indent=1) + "\n")
+    imported = label_studio_tasks(batch, url, supports, hint_vacuity)
+    write_text_atomically(tasks, json.dumps(imported, indent=1) + "\n")
     return [config, tasks]
 
 
@@ -176,31 +261,34 @@ class LabelStudio:
             self._access = answer["access"]
         return f"Bearer {self._access}"
 
-    def _send(self, method: str, path: str, body: Any, authorization: str | None) -> Any:
+    def _send(self, method: str, path: str, body: Any, authorization: str | None, raw: bool = False) -> Any:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.url + path, data=data, method=method)
         if authorization is not None:
             request.add_header("Authorization", authorization)
-        request.add_header("Accept", "application/json")
+        request.add_header("Accept", "*/*" if raw else "application/json")
         if data is not None:
             request.add_header("Content-Type", "application/json")
         with urllib.request.urlopen(request, timeout=self.timeout) as response:
-            text = response.read().decode()
+            content = response.read()
+        if raw:
+            return content
+        text = content.decode()
         return json.loads(text) if text.strip() else None
 
-    def request(self, method: str, path: str, body: Any = None) -> Any:
-        """One JSON call; returns the decoded answer (None when it is empty).
+    def request(self, method: str, path: str, body: Any = None, raw: bool = False) -> Any:
+        """One call; returns the decoded JSON answer (None when it is empty), or its bytes when ``raw``.
 
         Raises:
             LabelStudioError: the server answered with an error status or could not be reached.
         """
         try:
             try:
-                return self._send(method, path, body, self._authorization())
+                return self._send(method, path, body, self._authorization(), raw)
             except urllib.error.HTTPError as error:
                 if error.code != 401 or not _is_refresh_token(self.token):
                     raise
-                return self._send(method, path, body, self._authorization(renew=True))  # the access token expired
+                return self._send(method, path, body, self._authorization(renew=True), raw)  # the access token expired
         except urllib.error.HTTPError as error:
             detail = error.read().decode(errors="replace")[:500]
             raise LabelStudioError(
@@ -223,9 +311,38 @@ class LabelStudio:
         answer = self.request("POST", f"/api/projects/{project}/import", tasks)
         return int((answer or {}).get("task_count", len(tasks)))
 
+    def delete_project(self, project: int) -> None:
+        self.request("DELETE", f"/api/projects/{project}/")
+
     def export(self, project: int) -> list[dict[str, Any]]:
         """The project's tasks with their annotations (Label Studio's JSON export)."""
         return self.request("GET", f"/api/projects/{project}/export?exportType=JSON&download_all_tasks=true")
+
+
+def check_image_served(client: LabelStudio, image_url: str, file: str | Path) -> None:
+    """Fetch ``image_url`` as the labeling page will (through Label Studio, with the token, when it is a path of
+    the server; as it is when it is a full URL) and check that it is the image ``file``.
+
+    Raises:
+        LabelStudioError: the image does not load, or another file comes back; the message says how to fix it.
+    """
+    fix = (
+        f"the image {image_url} does not load ({{why}}), so annotators would see broken images. Label Studio serves "
+        f"local files under its {DOCUMENT_ROOT_VARIABLE}: start it with LABEL_STUDIO_LOCAL_FILES_SERVING_ENABLED=true "
+        f"and {DOCUMENT_ROOT_VARIABLE} set to a folder that holds the project, and give select the same folder "
+        f"(export {DOCUMENT_ROOT_VARIABLE} in its shell too, or pass --label_studio_files_root); or serve the project "
+        "folder from a web server and pass --image_url_prefix"
+    )
+    try:
+        if image_url.startswith(("http://", "https://")):
+            with urllib.request.urlopen(image_url, timeout=client.timeout) as response:
+                served = response.read()
+        else:
+            served = client.request("GET", image_url, raw=True)
+    except (LabelStudioError, OSError) as error:
+        raise LabelStudioError(fix.format(why=error)) from None
+    if served != Path(file).read_bytes():
+        raise LabelStudioError(fix.format(why=f"the server sent another file than {file}"))
 
 
 def send_batch(
@@ -233,8 +350,11 @@ def send_batch(
     client: LabelStudio,
     url: Callable[[str], str],
     files_root: str | Path | None = None,
+    supports: Mapping[str, Sequence[Sequence[str]]] | None = None,
+    hint_vacuity: float = HINT_VACUITY,
 ) -> AnnotationBatch:
-    """Create the batch's Label Studio project and import its tasks; returns the batch recording where it went.
+    """Create the batch's Label Studio project, import its tasks and check that an image loads through it; returns
+    the batch recording where it went.
 
     Args:
         batch: the batch to label.
@@ -242,16 +362,28 @@ def send_batch(
         url: the images' URLs (``image_urls``).
         files_root: when the images are served as local files, the folder to connect as the project's local file
             storage (the project's ``tasks`` folder); None when they are served from elsewhere.
+        supports, hint_vacuity: see ``label_studio_tasks``.
 
     Raises:
-        LabelStudioError: a call failed (the project may then exist without tasks: delete it in Label Studio).
+        LabelStudioError: a call failed, or the first image does not load (the project is then deleted again, so
+            that no project with broken images is left behind).
     """
     title = f"{Path(batch.project).name} {batch.id}"[:50]
     project = client.create_project(title)
-    if files_root is not None:
-        client.connect_local_files(project, files_root, f"{batch.id} images")
-    created = client.import_tasks(project, label_studio_tasks(batch, url))
-    expected = sum(len(s.images) for s in batch.query_sets)
-    if created != expected:
-        raise LabelStudioError(f"Label Studio project {project} received {created} of the batch's {expected} images")
+    try:
+        if files_root is not None:
+            client.connect_local_files(project, files_root, f"{batch.id} images")
+        tasks = label_studio_tasks(batch, url, supports, hint_vacuity)
+        created = client.import_tasks(project, tasks)
+        expected = sum(len(s.images) for s in batch.query_sets)
+        if created != expected:
+            raise LabelStudioError(f"Label Studio project {project} received {created} of the batch's {expected} images")
+        first = batch.query_sets[0].images[0]
+        check_image_served(client, tasks[0]["data"][IMAGE_NAME], first.file)
+    except LabelStudioError as error:
+        try:
+            client.delete_project(project)
+        except LabelStudioError as cleanup:
+            raise LabelStudioError(f"{error} (and project {project} could not be deleted: {cleanup})") from None
+        raise LabelStudioError(f"{error}. Label Studio project {project} was deleted again; nothing was written") from None
     return batch.sent_to({"url": client.url, "project": project})

@@ -2,13 +2,15 @@
 
 For every task of the project: cut its still-unlabeled images into candidate query sets of ``n_way * query_shots``
 images (as many as the sampler's ``query_sets``, at random), adapt to the task's support set and predict every
-candidate (``UnitsMAML.adapt_and_predict_sets``, the evaluation path), and score each set by its task uncertainty
-``lambda * vacuity + (1 - lambda) * dissonance`` (``belief.task_uncertainty``, as a training step scores). The
-configured sampler's ``select`` then chooses among the (tasks x candidates) scores, exactly as in training, so a
-custom sampler chooses here too; it is asked again over the sets still unchosen until ``budget`` sets are chosen
-or none is left, and the ``budget`` most informative of its choices form the batch (ties, and every set of a
-sampler that ignores scores, in random order). The project's label budget, when it has one, trims the batch
-through ``LabelLedger.within_budget``.
+candidate (``UnitsMAML.adapt_and_predict_sets``, the evaluation path), and score every set by the sampler's
+acquisition (``TaskSampler.score``, as a training step scores; by default the task uncertainty
+``lambda * vacuity + (1 - lambda) * dissonance``), all tasks' candidates in one call, so that a representativeness
+or diversity score compares them with each other. The sampler's ``select`` then chooses among the
+(tasks x candidates) scores, exactly as in training, so a custom sampler chooses here too; it is asked again over the
+sets still unchosen until ``budget`` sets are chosen or none is left, and the first ``budget`` of its choices by its
+``priority`` (by default the scores, highest first) form the batch (ties, and every set of a sampler that ignores
+scores, in random order). The project's label budget, when it has one, trims the batch through
+``LabelLedger.within_budget``.
 """
 
 from __future__ import annotations
@@ -27,10 +29,11 @@ from units_lightning.annotation.datamodule import AnnotatedTasksDataModule
 from units_lightning.annotation.images import load_pixels, to_float
 from units_lightning.annotation.label_store import LabelStore
 from units_lightning.annotation.layout import AnnotationProject, AnnotationTask
-from units_lightning.belief import belief, dissonance, expected_probability, task_beliefs, task_uncertainty, vacuity
+from units_lightning.belief import belief, dissonance, expected_probability, vacuity
 from units_lightning.ledger import LabelLedger
 from units_lightning.module import UnitsMAML
 from units_lightning.samplers import TaskSampler
+from units_lightning.samplers.acquisition import units_score
 
 __all__ = [
     "Candidates",
@@ -48,7 +51,8 @@ class Candidates:
     Attributes:
         tasks: the tasks that have at least one candidate.
         sets: for each of those tasks, its candidate query sets (image names).
-        scores: (T, Q) task uncertainty of each candidate; ``-inf`` where a task has fewer than Q candidates.
+        scores: (T, Q) acquisition score of each candidate (``TaskSampler.score``; by default the task uncertainty);
+            ``-inf`` where a task has fewer than Q candidates.
         evidence: for each task, (Q_t, M, N) evidence of every image of its candidates.
     """
 
@@ -87,22 +91,28 @@ def score_candidates(
     count: int,
     lam: float,
     rng: np.random.Generator,
+    sampler: TaskSampler | None = None,
 ) -> Candidates:
     """Draw each task's candidate query sets from its unlabeled images and score them.
 
     Each task is adapted to on its whole support set (every support image), once, and its candidates are
-    predicted from that adapted model, each set in its own pass (batch norm uses the set's statistics).
+    predicted from that adapted model, each set in its own pass (batch norm uses the set's statistics). Every
+    task's candidates are then scored together by ``sampler.score`` (the tasks with fewer candidates padded and
+    marked unavailable).
 
     Args:
         model: the trained model.
-        project: the project; store: its labels so far (labeled images are not candidates).
+        project: the project; store: its labels so far (labeled images, images people could not tell and images of
+            pending batches are not candidates).
         image_shape: (C, H, W) the model takes; set_size: images per query set; count: candidates per task.
         lam: lambda of the task uncertainty.
         rng: draws the candidate sets.
+        sampler: whose ``score`` is the acquisition (default: the paper's task uncertainty).
     """
-    tasks, sets, rows, evidence = [], [], [], []
+    tasks, sets, evidence = [], [], []
+    taken = store.unavailable  # labeled, could not be told, or out in a pending batch
     for task in project.tasks:
-        pool = [image for image in task.unlabeled if image not in store.labels]
+        pool = [image for image in task.unlabeled if image not in taken]
         candidates = candidate_query_sets(pool, set_size, count, rng)
         if not candidates:
             continue
@@ -112,17 +122,24 @@ def score_candidates(
         query_x = _task_pixels(project, [i for s in candidates for i in s], image_shape, model.device)
         query_x = query_x.view(len(candidates), set_size, *query_x.shape[1:])
         logits = model.adapt_and_predict_sets(support_x[None], support_y[None], [q[None] for q in query_x])
-        task_evidence = model.loss.evidence(torch.cat(logits)).cpu()  # (Q_t, M, N)
-        beliefs = task_beliefs(task_evidence)
         tasks.append(task)
         sets.append(candidates)
-        rows.append(task_uncertainty(beliefs.vacuity, beliefs.dissonance, lam))
-        evidence.append(task_evidence)
-    width = max((len(r) for r in rows), default=0)
-    scores = torch.full((len(rows), width), float("-inf"))
-    for t, row in enumerate(rows):
-        scores[t, : len(row)] = row
-    return Candidates(tasks, sets, scores, evidence)
+        evidence.append(model.loss.evidence(torch.cat(logits)).cpu())  # (Q_t, M, N)
+    return Candidates(tasks, sets, _scores(evidence, lam, sampler), evidence)
+
+
+def _scores(evidence: Sequence[Tensor], lam: float, sampler: TaskSampler | None) -> Tensor:
+    """(T, Q) scores of every task's (Q_t, M, N) candidate evidence, in one call; ``-inf`` where Q_t < Q."""
+    width = max((len(e) for e in evidence), default=0)
+    if width == 0:
+        return torch.full((len(evidence), 0), float("-inf"))
+    padded = evidence[0].new_zeros(len(evidence), width, *evidence[0].shape[1:])
+    available = torch.zeros(len(evidence), width, dtype=torch.bool)
+    for t, task_evidence in enumerate(evidence):
+        padded[t, : len(task_evidence)] = task_evidence
+        available[t, : len(task_evidence)] = True
+    scores = units_score(padded, lam) if sampler is None else sampler.score(padded, lam, available)
+    return torch.where(available, scores, torch.full_like(scores, float("-inf")))
 
 
 def choose_query_sets(
@@ -137,15 +154,16 @@ def choose_query_sets(
 
     Args:
         sampler: the configured task sampler; its ``select`` sees the (T, Q) scores (all zeros when it does not
-            use scores, as in training), the unavailable sets at ``-inf``.
-        scores: (T, Q) task uncertainty, ``-inf`` where there is no candidate.
+            use scores, as in training), the unavailable sets at ``-inf``; its ``priority`` orders what it chose.
+        scores: (T, Q) its acquisition scores, ``-inf`` where there is no candidate.
         budget: query sets wanted.
         step: the step passed to ``select`` (at least the sampler's ``warmup_steps``: selection is never warm-up).
         rng: orders ties at random.
         ledger: the project's ledger, which trims the choice to what is left of its label budget.
 
     Returns:
-        ``(task, candidate)`` positions, the highest score first (a random order for a sampler without scores).
+        ``(task, candidate)`` positions, the highest priority first (by default the highest score; a random order
+        for a sampler without scores).
     """
     step = max(step, sampler.warmup_steps)
     shown = scores if sampler.needs_scores(step) else torch.zeros_like(scores)
@@ -158,9 +176,10 @@ def choose_query_sets(
             break
         chosen |= picked
         available &= ~picked
-    # Highest shown score first, ties in a random order: a random permutation, then a stable sort.
+    # Highest priority first, ties in a random order: a random permutation, then a stable sort.
+    priority = sampler.priority(shown, step).flatten().to(chosen.device)
     shuffle = torch.from_numpy(rng.permutation(chosen.numel()))
-    order = shuffle[torch.sort(shown.flatten()[shuffle], descending=True, stable=True).indices]
+    order = shuffle[torch.sort(priority[shuffle], descending=True, stable=True).indices]
     order = order[chosen.flatten()[order]][:budget]
     if ledger is not None:
         kept = torch.zeros_like(chosen.flatten())
@@ -216,8 +235,9 @@ def select_batch(
         checkpoint: where the model came from, recorded in the manifest.
         label_budget: the project's budget of labeled query sets (None: none), checked against its ledger.
         batch_id: the batch's id (default ``batch-<number>-<hash of its images>``).
-        sampler: the rule that chooses (default ``data.sampler``; ``select`` without a checkpoint passes a
-            ``RandomSampler``). The number of candidates per task is ``data.sampler.query_sets`` either way.
+        sampler: the acquisition that scores and the rule that chooses (default ``data.sampler``; ``select`` passes
+            its ``--acquisition``, and without a checkpoint a ``RandomSampler``). The number of candidates per task
+            is ``data.sampler.query_sets`` either way.
 
     Raises:
         ValueError: ``budget`` < 1; the project's tasks do not fit the episode shape; the label budget is spent.
@@ -235,11 +255,11 @@ def select_batch(
         )
     step = int(model.global_step if step is None else step)
     lam = float(model.lam(model.schedule_epoch) if lam is None else lam)
-    rng = np.random.default_rng([data.seed, len(store.batches)])
-    candidates = score_candidates(
-        model, project, store, data.image_shape, data.query_set_size, data.sampler.query_sets, lam, rng
-    )
+    rng = np.random.default_rng([data.seed, store.batches_made])
     sampler = data.sampler if sampler is None else sampler
+    candidates = score_candidates(
+        model, project, store, data.image_shape, data.query_set_size, data.sampler.query_sets, lam, rng, sampler
+    )
     chosen = choose_query_sets(sampler, candidates.scores, budget, step, rng, ledger)
     if not chosen:
         raise ValueError(
@@ -258,7 +278,7 @@ def select_batch(
     )
     if batch_id is None:
         digest = hashlib.sha1("\n".join(p.image for s in query_sets for p in s.images).encode()).hexdigest()[:8]
-        batch_id = f"batch-{len(store.batches) + 1:03d}-{digest}"
+        batch_id = f"batch-{store.batches_made + 1:03d}-{digest}"
     return AnnotationBatch(
         id=batch_id,
         project=str(project.root),
