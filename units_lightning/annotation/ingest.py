@@ -91,10 +91,12 @@ def check_answers(batch: AnnotationBatch, answers: Sequence[Answer], store: Labe
             )
             continue
         before = store.labels.get(answer.image)
-        if before is not None and answer.label not in (before, CANT_TELL):
+        earlier = store.batch_of(answer.image) if before is not None else None
+        # An answer that contradicts another batch's label is refused; this batch's own parts were reconciled.
+        if earlier is not None and earlier != batch.id and answer.label not in (before, CANT_TELL):
             problems.append(
-                f"{answer.where}: image {answer.image!r} is labeled {answer.label!r}, but batch "
-                f"{store.batch_of(answer.image)} labeled it {before!r}"
+                f"{answer.where}: image {answer.image!r} is labeled {answer.label!r}, but batch {earlier} labeled it "
+                f"{before!r}"
             )
         given.setdefault(answer.image, []).append(answer)
     if problems:
