@@ -5,12 +5,11 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from functools import partial
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor, nn
 
 from units_lightning import keys
@@ -26,12 +25,21 @@ from units_lightning.belief import (
     vacuity,
 )
 from units_lightning.callbacks._shared import logging_step
+from units_lightning.callbacks.label_budget import LabelBudget
 from units_lightning.callbacks.non_finite import NonFiniteGuard
 from units_lightning.callbacks.results_writer import ResultsWriter
-from units_lightning.collectives import sum_over_ranks
-from units_lightning.engines import EngineName, EnsembleEngine, InnerLRMode, build_engine
-from units_lightning.engines.cuda_graph import GraphedCalls, state_of
-from units_lightning.episode import SealedLabels, TaskBatch
+from units_lightning.callbacks.sigterm import CheckpointOnSigterm
+from units_lightning.engines import (
+    CapturedStep,
+    EngineFactory,
+    EngineName,
+    EnsembleEngine,
+    InnerLRMode,
+    adapt_and_predict_sets,
+    build_engine,
+)
+from units_lightning.engines.captured_step import COMPILE_MIN_STEPS, MetaStep, auto_capture
+from units_lightning.episode import TaskBatch
 from units_lightning.evaluation.checkpoints import check_shapes
 from units_lightning.evaluation.ensemble import CheckpointEnsemble, load_engines
 from units_lightning.evaluation.probes import ShiftProbes
@@ -43,27 +51,9 @@ from units_lightning.metrics.running_means import RunningMeans
 from units_lightning.outputs import EvalStepOutput, PredictStepOutput, TestStepOutput, TrainStepOutput
 from units_lightning.samplers import TaskSampler
 from units_lightning.schedules import LinearAnneal, LinearWarmup, Schedule
-from units_lightning.sigterm import check_sigterm_at_logging_steps
 
-__all__ = ["MetaStep", "UnitsMAML", "training_values"]
-
-
-class MetaStep(NamedTuple):
-    """What the forward pass of a training step computed (``UnitsMAML._meta_step``), K of T x Q sets labeled."""
-
-    loss: Tensor
-    scores: Tensor
-    """(T, Q) task uncertainty of every candidate set (zeros when not scored)."""
-    chosen: Tensor
-    """(T, Q) bool: the labeled sets."""
-    labels: Tensor
-    """(K, M) their labels."""
-    queries: TaskBeliefs
-    """(K, M) vacuity, dissonance, incorrect and correct belief of every labeled query."""
-    correct: Tensor
-    """(K, M) bool."""
-    values: dict[str, Tensor]
-    """The step's logged means (``train/loss``, ``train/acc``, the beliefs, the selection's uncertainty)."""
+# COMPILE_MIN_STEPS, auto_capture and MetaStep live in engines/captured_step.py; importable from here as before.
+__all__ = ["COMPILE_MIN_STEPS", "MetaStep", "UnitsMAML", "auto_capture", "training_values"]
 
 
 def training_values(
@@ -91,18 +81,6 @@ def training_values(
     return values
 
 
-COMPILE_MIN_STEPS = 20_000
-"""Training steps from which ``capture="auto"`` compiles a single-GPU run: compiling costs about 2 minutes once, and
-saves 45% of every Omniglot 20w1s step (docs/PERFORMANCE.md), so it pays back within 10,000 steps."""
-
-
-def auto_capture(steps: float, world_size: int) -> Literal["cuda_graph", "compile"]:
-    """What ``capture="auto"`` does in a CUDA fit of ``steps`` optimizer steps over ``world_size`` processes:
-    "compile" for a long run on one GPU (the paper's 50,000 steps), "cuda_graph" for shorter runs (a label-budget
-    run of 5,000 steps is over before compiling pays back) and under data parallelism."""
-    return "compile" if world_size == 1 and steps >= COMPILE_MIN_STEPS else "cuda_graph"
-
-
 class UnitsMAML(pl.LightningModule):
     """Model-agnostic meta-learning with evidential beliefs and uncertainty-aware task selection.
 
@@ -127,20 +105,21 @@ class UnitsMAML(pl.LightningModule):
         per_step_bn: one pair of batch-norm weights per inner step, meta-learned only (MAML++, the
             paper's setup); the default backbone only.
         engine: "batched" (every task at once with torch.func), "learn2learn" (one task at a time, the
-            reference) or "auto" (batched). Both compute the same meta-gradients (tests/engines).
+            reference) or "auto" (batched), which compute the same meta-gradients (tests/engines); or an engine
+            class (``class_path`` in a config) that takes the backbone, configured by its own arguments (the
+            options ``inner_lr`` to ``compile_scoring`` here configure the named engines).
         chunk_size: tasks the batched engine vectorises at once (None: all); bounds evaluation memory.
         capture: speed-up of the batched engine's training steps: "auto" (on CUDA: "compile" for a run of at
             least ``COMPILE_MIN_STEPS`` steps on one GPU, else "cuda_graph", data-parallel training among them),
-            "none", "cuda_graph" (the whole step replayed as CUDA graphs: the same kernels as eager, up to 5x faster
-            on a GPU) or "compile" (as "cuda_graph", with the inner loop and predictions of training compiled by
-            ``torch.compile`` inside the graphs: 1.8x faster steps on Omniglot 20w1s after about 2 minutes of
-            compiling; vectorised over tasks on every device; evaluation stays uncompiled, as CUDA graphs; it falls
-            back to "cuda_graph", after one warning, where compiling fails); see ``BatchedEngine`` and
-            docs/PERFORMANCE.md.
+            "none", "cuda_graph" (the whole step replayed as CUDA graphs: the same kernels as eager, without the
+            host's launch work; ``CapturedStep``) or "compile" (as "cuda_graph", with the inner loop and predictions
+            of training compiled by ``torch.compile`` inside the graphs, vectorised over tasks on every device;
+            evaluation stays uncompiled, as CUDA graphs; it falls back to "cuda_graph", after one warning, where
+            compiling fails); see ``BatchedEngine``, and docs/PERFORMANCE.md for what each saves.
         compile_scoring: compile the batched engine's scoring of candidate query sets (a forward pass
             without gradient) with ``torch.compile``: "auto" (on CUDA in a run that compiles, see ``capture``;
-            falls back to eager with one warning where compiling fails), True or False. About twice as fast on
-            large query sets; a 5,000-step label-budget run spends 14 s compiling it and saves nothing.
+            falls back to eager with one warning where compiling fails), True or False. It pays on large query
+            sets, not in a short run that is over before its compiling pays back.
         score_precision: "float32" or "bfloat16" (autocast on CUDA) for scoring candidate query sets: a
             cheaper selection pass when query sets are large; it may reorder near-tied candidates.
         inner_steps: inner-loop gradient steps in training.
@@ -181,7 +160,7 @@ class UnitsMAML(pl.LightningModule):
         inner_lr: float = 0.1,
         inner_lr_mode: InnerLRMode = "fixed",
         per_step_bn: bool = False,
-        engine: EngineName = "auto",
+        engine: EngineName | EngineFactory = "auto",
         chunk_size: int | None = None,
         capture: Literal["auto", "none", "cuda_graph", "compile"] = "auto",
         compile_scoring: bool | Literal["auto"] = "auto",
@@ -233,9 +212,7 @@ class UnitsMAML(pl.LightningModule):
         self.ensemble_engine: EnsembleEngine | None = None  # not a submodule: members are not this model's state
         self.ensemble_ranking: list[Any] = []
         self.test_results: dict[str, Any] | None = None
-        self._step_graphs: GraphedCalls | bool | None = None  # the captured training steps; False once capture failed
-        self._step_scalars: Tensor | None = None  # lambda and eta, where the captured steps read them
-        self._step_value_names: dict[tuple, list[str]] = {}
+        self.captured_step = CapturedStep(self.engine, reads=(self.inner_loss,))  # on CUDA: replays training steps
 
     # --- wiring ---------------------------------------------------------------------------------------
 
@@ -255,8 +232,6 @@ class UnitsMAML(pl.LightningModule):
         data_way = getattr(datamodule, "n_way", self.n_way)
         if data_way != self.n_way:
             raise ValueError(f"model.n_way={self.n_way} but data.n_way={data_way}: set both to the same number")
-        if self.trainer.world_size > 1:
-            self.ledger.reduce = partial(sum_over_ranks, strategy=self.trainer.strategy)
         if self.ensemble is not None and stage != "fit" and self.ensemble_engine is None:
             self.load_ensemble()
 
@@ -265,11 +240,12 @@ class UnitsMAML(pl.LightningModule):
         return torch.optim.Adam(self.parameters(), lr=self.lr, fused=self.device.type == "cuda" or None)
 
     def configure_callbacks(self) -> list[Callback]:
-        """The ``NonFiniteGuard`` of ``non_finite`` and, unless the trainer has one, a ``ResultsWriter`` (``test``
-        always writes ``results.json``)."""
+        """The ``NonFiniteGuard`` of ``non_finite``, ``CheckpointOnSigterm``, ``LabelBudget`` and, unless the trainer
+        has one, a ``ResultsWriter`` (``test`` always writes ``results.json``)."""
         trainer = self._trainer
         has_writer = trainer is not None and any(isinstance(c, ResultsWriter) for c in trainer.callbacks)
-        return [NonFiniteGuard(self.non_finite), *([] if has_writer else [ResultsWriter()])]
+        writer = [] if has_writer else [ResultsWriter()]
+        return [NonFiniteGuard(self.non_finite), CheckpointOnSigterm(), *writer, LabelBudget()]
 
     @property
     def schedule_epoch(self) -> float:
@@ -281,34 +257,36 @@ class UnitsMAML(pl.LightningModule):
     # --- Algorithm 1 ----------------------------------------------------------------------------------
 
     def training_step(self, batch: TaskBatch, batch_idx: int) -> TrainStepOutput:
-        """One meta-update (Algorithm 1); returns what the dashboard callbacks read (``TrainStepOutput``).
+        """One meta-update, the paper's Algorithm 1 (``_forward_pass``: adapt, score, select, reveal, loss); returns
+        what the dashboard callbacks read (``TrainStepOutput``).
 
-        On a GPU (``capture`` "auto" or "cuda_graph", the batched engine, a sampler that declares ``chosen_count``)
-        the whole forward pass (inner loop, scoring, selection, query loss and the logged values) and its backward
-        pass replay as CUDA graphs; the last step of a label budget, which may label fewer sets, runs eagerly.
+        On a GPU (``capture`` other than "none", the batched engine, a sampler that declares ``chosen_count``) the
+        forward pass and its backward pass replay as CUDA graphs (``CapturedStep``); the last step of a label budget,
+        which may label fewer sets, runs eagerly.
         """
         lam, eta = self.lam(self.schedule_epoch), self.eta(self.schedule_epoch)
         self.inner_loss.set_eta(eta)
         scored = self.sampler.needs_scores(self.global_step)
         count = self.sampler.chosen_count(self.global_step)  # known: no device read to gather the chosen sets
-        step = self._captured_step(batch, lam, eta, scored, count) if self._captures_step(batch, count) else None
-        if step is None:
-            step = self._meta_step(batch, lam, eta, scored, count)
-        self._log_training(step.values, num_chosen=step.labels.shape[0])
+        variant = (self.sampler.warming_up(self.global_step), self.inner_steps, self.first_order)
+        result = self.captured_step(self._forward_pass, batch, self.ledger, lam, eta, scored, count, variant)
+        if result is None:
+            result = self._forward_pass(batch, lam, eta, scored, count)
+        self._log_training(result.values, num_chosen=result.labels.shape[0])
         return TrainStepOutput(
-            loss=step.loss,
-            scores=step.scores,
-            chosen=step.chosen,
+            loss=result.loss,
+            scores=result.scores,
+            chosen=result.chosen,
             scored=scored,
-            vacuity=step.queries.vacuity,
-            dissonance=step.queries.dissonance,
-            incorrect_belief=step.queries.incorrect,
-            correct=step.correct,
+            vacuity=result.queries.vacuity,
+            dissonance=result.queries.dissonance,
+            incorrect_belief=result.queries.incorrect,
+            correct=result.correct,
             lam=lam,
             eta=eta,
         )
 
-    def _meta_step(
+    def _forward_pass(
         self,
         batch: TaskBatch,
         lam: float | Tensor,
@@ -317,7 +295,7 @@ class UnitsMAML(pl.LightningModule):
         count: int | None,
         reveal: Any = None,
     ) -> MetaStep:
-        """Algorithm 1's forward pass: adapt, score, select, reveal the chosen sets' labels, query loss.
+        """Algorithm 1's forward pass: adapt, score, select, reveal the chosen sets' labels, loss.
 
         ``reveal(chosen)`` opens the labels; by default the ledger's, which trims the choice to the label budget and
         counts it (the captured step opens them with ``LabelLedger.open_chosen`` and counts outside the graph).
@@ -343,70 +321,6 @@ class UnitsMAML(pl.LightningModule):
         values = training_values(loss, correct, queries, scores, chosen, scored, lam)
         return MetaStep(loss, scores.detach(), chosen, labels, queries, correct, values)
 
-    def _step_function(self, classes: Tensor, scored: bool, count: int | None) -> tuple[Any, list[str]]:
-        """``_meta_step`` as a function of tensors only (what ``_captured_step`` captures): (support_x, support_y,
-        query_x, query labels, [lambda, eta]) -> (loss, scores, chosen, labels, the four beliefs, correct, *values).
-        The list it returns receives the values' names when the function runs."""
-        names: list[str] = []
-
-        def forward(support_x: Tensor, support_y: Tensor, query_x: Tensor, query_y: Tensor, scalars: Tensor):
-            episode = TaskBatch(support_x, support_y, query_x, SealedLabels(query_y), classes)
-            reveal = partial(LabelLedger.open_chosen, query_y, count=count)
-            with self.engine.eager():
-                step = self._meta_step(episode, scalars[0], scalars[1], scored, count, reveal=reveal)
-            names[:] = list(step.values)
-            tensors = (step.loss, step.scores, step.chosen, step.labels, *step.queries, step.correct)
-            return (*tensors, *step.values.values())
-
-        return forward, names
-
-    def _captures_step(self, batch: TaskBatch, count: int | None) -> bool:
-        """Whether this step replays as a CUDA graph: see ``training_step``."""
-        if not getattr(self.engine, "captures", False) or self._step_graphs is False or not batch.support_x.is_cuda:
-            return False
-        if count is None or not torch.is_grad_enabled():
-            return False
-        share = self.ledger.share
-        return share is None or count <= share  # a step that the budget trims runs eagerly
-
-    def _captured_step(self, batch: TaskBatch, lam: float, eta: float, scored: bool, count: int) -> MetaStep | None:
-        """``_meta_step`` replayed from a CUDA graph (captured at its first call per shape and branch); None where it
-        cannot be (a graph of every kind is taken, or capturing failed: then this run steps eagerly, after a
-        warning)."""
-        sealed = batch.query_y._labels  # opened inside the graph by LabelLedger.open_chosen, counted below
-        if sealed.device != batch.support_x.device:
-            return None
-        if self._step_graphs is None:
-            self._step_graphs = GraphedCalls(self.engine, what="the training step")
-        x = batch.support_x
-        if self._step_scalars is None or (self._step_scalars.dtype, self._step_scalars.device) != (x.dtype, x.device):
-            self._step_scalars = x.new_zeros(2)  # in the images' precision: lambda and eta as eager uses them
-        self._step_scalars[0].fill_(lam)  # the graph reads lambda and eta from here (a fill: no copy, no wait)
-        self._step_scalars[1].fill_(eta)
-        warming = self.sampler.warming_up(self.global_step)
-        key = (batch.support_x.shape, batch.query_x.shape, sealed.shape, batch.support_x.dtype, scored, warming, count)
-        key += (self.inner_steps, self.first_order, torch.is_autocast_enabled("cuda"))
-        forward, names = self._step_function(batch.classes, scored, count)
-        inputs = (batch.support_x, batch.support_y, batch.query_x, sealed, self._step_scalars)
-        try:
-            outputs = self._step_graphs(key, forward, inputs, state_of(self.inner_loss))
-        except Exception as error:  # noqa: BLE001 - whatever keeps the step from capturing, it still runs eagerly
-            rank_zero_warn(
-                f"capturing the training step as a CUDA graph failed ({type(error).__name__}: {error}); this run steps "
-                "eagerly from now on (model.capture=none skips the attempt)"
-            )
-            self._step_graphs = False
-            return None
-        if outputs is None:
-            return None
-        if names:  # filled where the function ran: at the capture
-            self._step_value_names[key] = list(names)
-        self.ledger.record(batch, outputs[2], count)
-        loss, *rest = outputs
-        scores, chosen, labels, vac, dis, inc, cor, correct, *values = (x.detach().clone() for x in rest)  # outlive it
-        named = dict(zip(self._step_value_names[key], values, strict=True))
-        return MetaStep(loss, scores, chosen, labels, TaskBeliefs(vac, dis, inc, cor), correct, named)
-
     @torch.no_grad()
     def score_query_sets(self, adapted: Any, query_x: Tensor, lam: float) -> Tensor:
         """The sampler's score of every candidate query set, (T, Q), without labels or gradients (``TaskSampler.score``:
@@ -420,33 +334,9 @@ class UnitsMAML(pl.LightningModule):
             return task_uncertainty(beliefs.vacuity, beliefs.dissonance, lam)
         return self.sampler.score(evidence, lam)
 
-    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self.ledger.exhausted:
-            self.trainer.should_stop = True
-
-    def on_train_end(self) -> None:
-        self.ledger.check_count(self.sampler)
-
-    # --- safety: the label budget and non-finite steps --------------------------------------------------
-
-    def on_fit_start(self) -> None:
-        """Before the first step (and the sanity check): bind the ledger to the ranks and refuse a label budget
-        smaller than one meta-batch, or one already spent by a restored checkpoint."""
-        self.ledger.start(getattr(self.sampler, "tasks", 1), self.trainer.global_rank, self.trainer.world_size)
-        check_sigterm_at_logging_steps(self.trainer)  # under DDP, not a collective and a read at every step
-
     def on_train_start(self) -> None:
-        """``capture="auto"`` on CUDA: compile a long single-GPU run (``auto_capture``). Decided here, where the
-        training loader (and so the run's length) is known without loading it early."""
-        if getattr(self.engine, "capture", None) != "auto" or self.device.type != "cuda":
-            return
-        steps = self.trainer.estimated_stepping_batches
-        if auto_capture(steps, self.trainer.world_size) == "compile":
-            rank_zero_info(
-                f"capture auto: compiling the inner loop for this run of {steps:,.0f} steps (once, about 2 minutes; "
-                "model.capture=cuda_graph skips it)"
-            )
-            self.engine.use_capture("compile")
+        """``capture="auto"`` on CUDA: compile a long single-GPU run (``CapturedStep.resolve_auto``)."""
+        self.captured_step.resolve_auto(self.trainer, self.device)
 
     # --- evaluation: one path (adapt, predict the query sets) for validate, test and predict --------------
 
@@ -511,29 +401,17 @@ class UnitsMAML(pl.LightningModule):
     def adapt_and_predict_sets(
         self, support_x: Tensor, support_y: Tensor, query_sets: Sequence[Tensor]
     ) -> list[Tensor]:
-        """Adapt once to each support set, then predict several query sets of each task, gradients on in any mode.
-
-        The ensemble's engine when one is loaded, else this model's.
-
-        Args:
-            support_x: (T, S, C, H, W); support_y: (T, S); query_sets: tensors of shape (T, M_i, C, H, W).
-
-        Returns:
-            one (T, M_i, N) logits tensor per query set, detached.
-        """
+        """Adapt once to each support set ((T, S, C, H, W), (T, S)), then predict several query sets of each task
+        ((T, M_i, C, H, W) each), gradients on in any mode, with the ensemble's engine when one is loaded, else this
+        model's; one detached (T, M_i, N) logits tensor per set (``engines.adapt_and_predict_sets``)."""
         engine = self.engine if self.ensemble_engine is None else self.ensemble_engine.to(self.device)
         with torch.inference_mode(False), torch.enable_grad():
+            self.inner_loss.set_eta(self.eta(self.schedule_epoch))
             # Tensors made under inference mode cannot enter autograd: copy them out of it.
             support_x, support_y = support_x.clone(), support_y.clone()
-            self.inner_loss.set_eta(self.eta(self.schedule_epoch))
-            evaluate = getattr(engine, "evaluate", None)  # the batched engine's: one CUDA graph per shape on a GPU
-            if evaluate is not None and len({q.shape for q in query_sets}) == 1:
-                query_x = torch.stack(list(query_sets), dim=1)
-                return list(evaluate(support_x, support_y, query_x, self.inner_loss, self.eval_inner_steps).unbind(1))
-            adapted = engine.adapt(support_x, support_y, self.inner_loss, self.eval_inner_steps, create_graph=False)
-            if len({q.shape for q in query_sets}) == 1:  # one pass (each set is still normalised on its own)
-                return list(engine.predict_sets(adapted, torch.stack(list(query_sets), dim=1)).detach().unbind(1))
-            return [engine.predict_sets(adapted, q.clone().unsqueeze(1))[:, 0].detach() for q in query_sets]
+            return adapt_and_predict_sets(
+                engine, support_x, support_y, query_sets, self.inner_loss, self.eval_inner_steps
+            )
 
     def _evaluate(
         self, batch: TaskBatch, stage: str, extra_queries: Sequence[Tensor] = ()
@@ -581,18 +459,11 @@ class UnitsMAML(pl.LightningModule):
     # --- logging and checkpoints ----------------------------------------------------------------------
 
     def _log_training(self, values: dict[str, Tensor], num_chosen: int) -> None:
-        """Add the step's values to the epoch's means; log them (and the labels spent) at the logging steps. Reads
-        nothing from the device (the logging steps read what they log)."""
+        """Add the step's values to the epoch's means; log them at the logging steps (``LabelBudget`` logs the labels
+        spent). Reads nothing from the device (the logging steps read what they log)."""
         self.train_means.update(values, weight=num_chosen)
         if logging_step(self._trainer):
-            self.ledger.check_count(self.sampler)
             self.log_dict({keys.step_key(k): v for k, v in values.items()}, on_step=True, on_epoch=False)
-            spent = {
-                keys.LABELS_QUERY_SETS: float(self.ledger.query_sets),
-                keys.LABELS_QUERY_IMAGES: float(self.ledger.query_images),
-                keys.LABELS_SUPPORT_IMAGES: float(self.ledger.support_images),
-            }
-            self.log_dict(spent, on_step=True, on_epoch=False)
 
     def on_train_epoch_start(self) -> None:
         self.train_means.reset()

@@ -53,9 +53,9 @@ def test_the_captured_function_is_the_eager_step_on_cpu():
     model = make_model("none", MultiQuerySampler(tasks=TASKS, query_sets=QUERY_SETS))
     episode, lam, eta = batch(), 0.7, 0.4
     model.inner_loss.set_eta(eta)
-    eager = model._meta_step(episode, lam, eta, True, TASKS)
+    eager = model._forward_pass(episode, lam, eta, True, TASKS)
     names, params = zip(*model.engine.named_parameters(), strict=True)
-    forward, value_names = model._step_function(episode.classes, True, TASKS)
+    forward, value_names = model.captured_step.function(model._forward_pass, episode.classes, True, TASKS)
     scalars = torch.tensor([lam, eta], dtype=torch.float64)
     inputs = (episode.support_x, episode.support_y, episode.query_x, episode.query_y._labels, scalars)
     loss, scores, chosen, labels, *rest = GraphedCalls(model.engine).functional(names, forward, 5)(*inputs, *params)
@@ -103,7 +103,8 @@ def test_the_replayed_step_equals_eager_in_float64(sampler, captured):
         warned: list = []  # (step, message): a stream mismatch, or a capture that failed
         runs[capture] = _train(models[capture], 4, "cuda", warned)  # capture, then replays on new weights and batches
         assert not warned, (capture, warned)
-    assert models[captured]._step_graphs and len(models[captured]._step_graphs._graphs) == 1
+    graphs = models[captured].captured_step.graphs
+    assert graphs and len(graphs._graphs) == 1
     for eager, replayed in zip(runs["none"], runs[captured], strict=True):
         error = (replayed["grad"] - eager["grad"]).norm() / eager["grad"].norm()
         assert error < 1e-10, float(error)
