@@ -13,6 +13,7 @@ from image_fakes import image_array, write_image, write_split_layout, zip_tree
 from PIL import Image
 
 from units_lightning.data.datasets import class_images
+from units_lightning.data.datasets.class_images import Decoding
 from units_lightning.data.datasets.split_layout import find_split_sources, load_split_layout
 
 CLASSES = {"train": ["cat", "ant", "bee"], "val": ["dog", "eel"], "test": ["fox", "gnu"]}
@@ -38,7 +39,7 @@ def zip_root(folder_root, tmp_path) -> Path:
 
 
 def load(root: Path, split: str, cache: Path, shape=(3, 8, 8)):
-    return load_split_layout(root, split, shape, cache_dir=cache, name="fake")
+    return load_split_layout(root, split, Decoding(shape, cache_dir=cache, name="fake"))
 
 
 @pytest.mark.parametrize("layout", ["folders", "zips"], ids=["folders", "zips"])
@@ -146,7 +147,7 @@ def test_malicious_zips_are_refused_before_anything_is_read(tmp_path, monkeypatc
 
     monkeypatch.setattr(class_images, "decode_image", no_decoding)
     with pytest.raises(ValueError, match=message) as error:
-        load_split_layout(root, "val", (3, 4, 4), cache_dir=tmp_path / "cache", name="fake")
+        load_split_layout(root, "val", Decoding((3, 4, 4), cache_dir=tmp_path / "cache", name="fake"))
     assert "unsafe zip" in str(error.value) and "val.zip" in str(error.value)
     assert not (tmp_path / "evil.png").exists() and not (tmp_path / "cache").exists()
 
@@ -171,3 +172,15 @@ def test_validation_alias_and_unrelated_zips(folder_root, tmp_path):
     write_zip(root / "values.zip")  # "values" is not "val": ignored
     assert [s.path.name for s in find_split_sources(root, "val")] == ["validation"]
     assert load(root, "val", tmp_path / "cache").class_names == ["dog", "eel"]
+
+
+@pytest.mark.parametrize("shape", [(2, 8, 8), (3, 0, 8), (3, 8)], ids=["two-channels", "zero-side", "two-numbers"])
+def test_decoding_refuses_a_shape_it_cannot_produce(shape):
+    with pytest.raises(ValueError, match="image_shape must be"):
+        Decoding(shape)
+
+
+def test_decoding_names_its_cache_file_by_dataset_and_shape(tmp_path):
+    decoding = Decoding([3, 8, 6], cache_dir=tmp_path, name="fake")
+    assert decoding.image_shape == (3, 8, 6)
+    assert decoding.cache_path("0123456789abcdef-rest") == tmp_path / "fake-3x8x6-0123456789abcdef.pt"

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from units_lightning.data.datasets.images import FewShotImages, RotatedClasses
 from units_lightning.data.episodic import EpisodicDataModule
 
+if TYPE_CHECKING:  # the loaders and their readers are imported when a split is made
+    from units_lightning.data.datasets.class_images import ClassImages
+
 __all__ = [
     "CIFARFSDataModule",
     "FewShotImageFolderDataModule",
+    "FixedSplitDataModule",
     "MiniImageNetDataModule",
     "OmniglotDataModule",
     "SyntheticGlyphsDataModule",
@@ -112,26 +116,29 @@ class OmniglotDataModule(EpisodicDataModule):
         return self._all[split]
 
 
-class CIFARFSDataModule(EpisodicDataModule):
-    """Episodes of CIFAR-FS: 64 / 16 / 20 CIFAR-100 classes of 600 RGB images, 32x32.
+class FixedSplitDataModule(EpisodicDataModule):
+    """Episodes of an RGB dataset whose train / val / test classes are fixed, read one split at a time.
+
+    The shared shell of ``CIFARFSDataModule`` and ``MiniImageNetDataModule``: a subclass names its defaults
+    and implements ``load_split`` with its dataset's loader; this class keeps the options and normalises.
 
     Args:
-        root: folder with ``train/``, ``val/``, ``test/`` (``<split>/<class>/<image>``) or zips of that layout
-            (``train-a.zip`` and ``train-b.zip`` both count as train), or with torchvision's
-            ``cifar-100-python/``, or where to download the latter with ``download: true``.
-        download: fetch CIFAR-100 through torchvision if no layout is found, and arrange it into the split.
+        root: the dataset root (the layouts each dataset reads: see the subclass).
+        download: fetch the data into ``root`` if no layout is found there: for CIFAR-FS, CIFAR-100 through
+            torchvision, arranged into the split; for mini-ImageNet, learn2learn's cached pickles from Zenodo
+            (read without unpickling anything but arrays).
         cache_dir: writable folder for the decoded image tensors (default ``$UNITS_LIGHTNING_CACHE`` or
             ``~/.cache/units-lightning``).
         image_size: side of the square images.
-        mean: per-channel mean subtracted from the [0, 1] pixels; None (the authors' code) for none,
-            ``units_lightning.data.datasets.cifarfs.CIFAR100_MEAN`` for CIFAR-100's.
+        mean: per-channel mean subtracted from the [0, 1] pixels; None (CIFAR-FS's default, as the authors' code)
+            for none; ``units_lightning.data.datasets.cifarfs.CIFAR100_MEAN`` is CIFAR-100's.
         std: per-channel standard deviation, given with ``mean``.
         **kwargs: the episode options of ``EpisodicDataModule`` (sampler, n_way, k_shot, ...).
     """
 
     def __init__(
         self,
-        root: str = "data/cifarfs",
+        root: str,
         download: bool = False,
         cache_dir: str | None = None,
         image_size: int = 32,
@@ -144,50 +151,70 @@ class CIFARFSDataModule(EpisodicDataModule):
         self.image_size, self.mean, self.std = image_size, mean, std
         self.image_shape = (3, image_size, image_size)
 
+    def load_split(self, split: str) -> ClassImages:
+        """The uint8 images of ``split`` ("train", "val" or "test"), from the dataset's loader."""
+        raise NotImplementedError(f"{type(self).__name__} must implement load_split(split)")
+
     def make_split(self, split: str) -> FewShotImages:
+        return self.load_split(split).as_split(split, mean=self.mean, std=self.std)
+
+
+class CIFARFSDataModule(FixedSplitDataModule):
+    """Episodes of CIFAR-FS: 64 / 16 / 20 CIFAR-100 classes of 600 RGB images, 32x32.
+
+    With ``download: true`` and no layout under ``root``, CIFAR-100 is fetched through torchvision and arranged
+    into the split. Pixels are fed in [0, 1] by default (``mean: null``, the authors' code).
+
+    Args:
+        root: folder with ``train/``, ``val/``, ``test/`` (``<split>/<class>/<image>``) or zips of that layout
+            (``train-a.zip`` and ``train-b.zip`` both count as train), or with torchvision's
+            ``cifar-100-python/``, or where to download the latter with ``download: true``.
+        image_size: side of the square images.
+        **kwargs: ``download``, ``cache_dir``, ``mean``, ``std`` (see ``FixedSplitDataModule``) and the episode
+            options of ``EpisodicDataModule`` (sampler, n_way, k_shot, ...).
+    """
+
+    def __init__(self, root: str = "data/cifarfs", image_size: int = 32, **kwargs: Any):
+        super().__init__(root=root, image_size=image_size, **kwargs)
+
+    def load_split(self, split: str) -> ClassImages:
         from units_lightning.data.datasets.cifarfs import load_cifarfs
 
-        images = load_cifarfs(self.root, split, self.download, self.cache_dir, self.image_size)
-        return images.as_split(split, mean=self.mean, std=self.std)
+        return load_cifarfs(self.root, split, self.download, self.cache_dir, self.image_size)
 
 
-class MiniImageNetDataModule(EpisodicDataModule):
+class MiniImageNetDataModule(FixedSplitDataModule):
     """Episodes of mini-ImageNet in the Ravi & Larochelle split: 64 / 16 / 20 classes, 84x84 RGB.
+
+    With ``download: true`` and no layout under ``root``, learn2learn's cached pickles are fetched from Zenodo
+    (read without unpickling anything but arrays).
 
     Args:
         root: folder with ``train/ val/ test/`` (``<split>/<wnid>/<image>``, folders or zips), or the original
             release (``images/`` with ``train.csv``, ``val.csv``, ``test.csv``), or learn2learn's
             ``mini-imagenet-cache-*.pkl``, or where to download the latter with ``download: true``.
-        download: fetch learn2learn's cached pickles from Zenodo if no layout is found (read without
-            unpickling anything but arrays).
-        cache_dir: writable folder for the decoded image tensors.
         image_size: side of the square images.
         mean: per-channel mean subtracted from the [0, 1] pixels (default ImageNet's, as the authors' code);
             None for no normalisation.
         std: per-channel standard deviation, given with ``mean``.
-        **kwargs: the episode options of ``EpisodicDataModule`` (sampler, n_way, k_shot, ...).
+        **kwargs: ``download``, ``cache_dir`` (see ``FixedSplitDataModule``) and the episode options of
+            ``EpisodicDataModule`` (sampler, n_way, k_shot, ...).
     """
 
     def __init__(
         self,
         root: str = "data/miniimagenet",
-        download: bool = False,
-        cache_dir: str | None = None,
         image_size: int = 84,
         mean: tuple[float, float, float] | None = (0.485, 0.456, 0.406),
         std: tuple[float, float, float] | None = (0.229, 0.224, 0.225),
         **kwargs: Any,
     ):
-        super().__init__(**kwargs)
-        self.root, self.download, self.cache_dir = Path(root), download, cache_dir
-        self.image_size, self.mean, self.std = image_size, mean, std
-        self.image_shape = (3, image_size, image_size)
+        super().__init__(root=root, image_size=image_size, mean=mean, std=std, **kwargs)
 
-    def make_split(self, split: str) -> FewShotImages:
+    def load_split(self, split: str) -> ClassImages:
         from units_lightning.data.datasets.miniimagenet import load_miniimagenet
 
-        images = load_miniimagenet(self.root, split, self.download, self.cache_dir, self.image_size)
-        return images.as_split(split, mean=self.mean, std=self.std)
+        return load_miniimagenet(self.root, split, self.download, self.cache_dir, self.image_size)
 
 
 class FewShotImageFolderDataModule(EpisodicDataModule):
@@ -234,10 +261,11 @@ class FewShotImageFolderDataModule(EpisodicDataModule):
 
     def make_split(self, split: str) -> FewShotImages:
         from units_lightning.data.datasets.image_folder import load_image_folder, split_by_lists, split_by_ratios
+        from units_lightning.data.datasets.class_images import Decoding
         from units_lightning.data.datasets.split_layout import load_split_layout
 
         if self.split_spec == "folders":
-            images = load_split_layout(self.root, split, self.image_shape, self.cache_dir, "image_folder")
+            images = load_split_layout(self.root, split, Decoding(self.image_shape, self.cache_dir, "image_folder"))
             chosen = images.as_split(split, mean=self.mean, std=self.std)
         else:
             images = load_image_folder(self.root, self.image_shape, self.cache_dir)

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from units_lightning.data.datasets.class_images import ClassImages
+from units_lightning.data.datasets.class_images import ClassImages, Decoding
 from units_lightning.data.datasets.split_layout import SPLIT_NAMES, has_split_layout, load_split_layout, split_locations
 
 CIFARFS_CLASSES: dict[str, tuple[str, ...]] = {
@@ -149,7 +149,7 @@ def load_cifarfs(
         raise ValueError(f"split must be one of {list(SPLIT_NAMES)}, got {split!r}")
     root = Path(root).expanduser()
     if has_split_layout(root):
-        images = load_split_layout(root, split, (3, image_size, image_size), cache_dir, "cifarfs", fix=_FIX)
+        images = load_split_layout(root, split, Decoding((3, image_size, image_size), cache_dir, "cifarfs", fix=_FIX))
         check_cifarfs_classes(split, images.class_names, str(root))
         return images
     if (root / TORCHVISION_FOLDER).is_dir() or download:

@@ -33,7 +33,7 @@ from units_lightning.data.io.files import (
 )
 from units_lightning.data.io.tensor_cache import cache_key, read_cache, write_cache
 
-__all__ = ["ClassImages", "ImageSource", "load_class_images", "load_labelled_images"]
+__all__ = ["ClassImages", "Decoding", "ImageSource", "load_class_images", "load_labelled_images"]
 
 _CACHE_FORMAT = 1
 _DECODE_CHUNK = 512
@@ -51,6 +51,41 @@ class ImageSource:
 
     path: Path
     prefixes: tuple[tuple[str, ...], ...] = field(default=((),))
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How a collection's images are decoded and where the result is cached: all a loader is told besides
+    where the images are.
+
+    Attributes:
+        image_shape: (channels, height, width) of the output; channels 1 or 3.
+        cache_dir: where decoded tensors are kept; default ``default_cache_dir() / name``.
+        name: the dataset's name, for the cache file and messages.
+        resample: PIL filter for resizing.
+        fix: what to tell the user when a file is missing or corrupt.
+
+    Raises:
+        ValueError: ``image_shape`` is not (1 or 3, height, width) with positive sides.
+    """
+
+    image_shape: tuple[int, int, int]
+    cache_dir: str | Path | None = None
+    name: str = "images"
+    resample: Image.Resampling = DEFAULT_RESAMPLE
+    fix: str = "re-download the dataset"
+
+    def __post_init__(self) -> None:
+        shape = tuple(int(n) for n in self.image_shape)
+        if len(shape) != 3 or shape[0] not in (1, 3) or min(shape[1:]) < 1:
+            raise ValueError(f"image_shape must be (1 or 3, height, width), got {shape}")
+        object.__setattr__(self, "image_shape", shape)
+
+    def cache_path(self, key: str) -> Path:
+        """The cache file of the collection whose cache key is ``key``."""
+        root = Path(self.cache_dir).expanduser() if self.cache_dir is not None else default_cache_dir() / self.name
+        shape_tag = "x".join(str(n) for n in self.image_shape)
+        return root / f"{self.name}-{shape_tag}-{key[:16]}.pt"
 
 
 @dataclass(frozen=True)
@@ -125,7 +160,7 @@ def list_source(source: ImageSource, archive: zipfile.ZipFile | None) -> list[tu
     return classified
 
 
-def decode_files(files: Sequence[ImageFile], image_shape: tuple[int, int, int], resample: Image.Resampling, fix: str):
+def decode_files(files: Sequence[ImageFile], decoding: Decoding) -> np.ndarray:
     """Decode ``files`` into one (n, C, H, W) uint8 array, in parallel threads (PIL releases the GIL).
 
     Bytes are read in the calling thread, chunk by chunk, so archives are never read concurrently.
@@ -133,14 +168,15 @@ def decode_files(files: Sequence[ImageFile], image_shape: tuple[int, int, int], 
     Raises:
         ValueError: a file cannot be read or decoded; the message names it.
     """
-    pixels = np.empty((len(files), *image_shape), dtype=np.uint8)
+    shape, resample, fix = decoding.image_shape, decoding.resample, decoding.fix
+    pixels = np.empty((len(files), *shape), dtype=np.uint8)
     workers = max(1, min(8, os.cpu_count() or 1))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         for start in range(0, len(files), _DECODE_CHUNK):
             chunk = files[start : start + _DECODE_CHUNK]
             data = [read_image_bytes(file, fix) for file in chunk]
             decoded = pool.map(
-                lambda item: decode_image(item[0], item[1].location, image_shape, resample, fix),
+                lambda item: decode_image(item[0], item[1].location, shape, resample, fix),
                 zip(data, chunk, strict=True),
             )
             for offset, array in enumerate(decoded):
@@ -148,28 +184,16 @@ def decode_files(files: Sequence[ImageFile], image_shape: tuple[int, int, int], 
     return pixels
 
 
-def load_class_images(
-    sources: Sequence[ImageSource],
-    image_shape: Sequence[int],
-    cache_dir: str | Path | None = None,
-    name: str = "images",
-    resample: Image.Resampling = DEFAULT_RESAMPLE,
-    fix: str = "re-download the dataset",
-) -> ClassImages:
+def load_class_images(sources: Sequence[ImageSource], decoding: Decoding) -> ClassImages:
     """Read, decode and cache the images of one or more class-folder sources as one collection.
 
     A class may be spread over several sources (CIFAR-FS's train split comes in two zips); its images are
-    merged. The result is saved in ``cache_dir`` under a key of ``image_shape``, ``resample`` and the
-    sources' sizes and modification times: a later call with unchanged sources reads it back without
-    opening an image.
+    merged. The result is saved in the cache under a key of the decoding (shape, filter) and the sources'
+    sizes and modification times: a later call with unchanged sources reads it back without opening an image.
 
     Args:
         sources: the folders and zips.
-        image_shape: (channels, height, width) of the output; channels 1 or 3.
-        cache_dir: where decoded tensors are kept; default ``default_cache_dir() / name``.
-        name: the dataset's name, for the cache file and messages.
-        resample: PIL filter for resizing.
-        fix: what to tell the user when a file is corrupt or missing.
+        decoding: the output shape, the cache folder, the dataset's name and what to tell the user.
 
     Returns:
         The decoded collection.
@@ -181,7 +205,7 @@ def load_class_images(
     """
     for source in sources:
         if not source.path.exists():
-            raise FileNotFoundError(f"{name}: {source.path} does not exist; {fix}")
+            raise FileNotFoundError(f"{decoding.name}: {source.path} does not exist; {decoding.fix}")
 
     def entries(stack: contextlib.ExitStack) -> list[tuple[str, ImageFile]]:
         found: list[tuple[str, ImageFile]] = []
@@ -190,21 +214,15 @@ def load_class_images(
             found.extend(list_source(source, archive))
         if not found:
             where = ", ".join(str(s.path) for s in sources)
-            raise ValueError(f"{name}: no images in the layout <class>/<image> in {where}; {fix}")
+            raise ValueError(f"{decoding.name}: no images in the layout <class>/<image> in {where}; {decoding.fix}")
         return found
 
     identity = [{**fingerprint(s.path), "prefixes": [list(p) for p in s.prefixes]} for s in sources]
-    return load_labelled_images(entries, identity, image_shape, cache_dir, name, resample, fix)
+    return load_labelled_images(entries, identity, decoding)
 
 
 def load_labelled_images(
-    list_entries: Callable[[contextlib.ExitStack], list[tuple[str, ImageFile]]],
-    identity: object,
-    image_shape: Sequence[int],
-    cache_dir: str | Path | None = None,
-    name: str = "images",
-    resample: Image.Resampling = DEFAULT_RESAMPLE,
-    fix: str = "re-download the dataset",
+    list_entries: Callable[[contextlib.ExitStack], list[tuple[str, ImageFile]]], identity: object, decoding: Decoding
 ) -> ClassImages:
     """Decode and cache a collection given as ``(class name, image file)`` pairs.
 
@@ -215,7 +233,7 @@ def load_labelled_images(
         list_entries: returns the pairs; may open archives on the given exit stack, which stays open
             while the images are read. Called only when the cache misses.
         identity: JSON-able description of the sources' content (sizes, mtimes); part of the cache key.
-        image_shape, cache_dir, name, resample, fix: as for ``load_class_images``.
+        decoding: as for ``load_class_images``.
 
     Returns:
         The decoded collection: classes sorted by name, images by file name (then listing order).
@@ -223,20 +241,16 @@ def load_labelled_images(
     Raises:
         ValueError: as ``list_entries`` raises, or a corrupt image (named by its file).
     """
-    image_shape = tuple(int(n) for n in image_shape)
-    if len(image_shape) != 3 or image_shape[0] not in (1, 3) or min(image_shape[1:]) < 1:
-        raise ValueError(f"image_shape must be (1 or 3, height, width), got {image_shape}")
+    name = decoding.name
     description = {
         "format": _CACHE_FORMAT,
         "name": name,
-        "image_shape": image_shape,
-        "resample": int(resample),
+        "image_shape": decoding.image_shape,
+        "resample": int(decoding.resample),
         "sources": identity,
     }
     key = cache_key(description)
-    cache_root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir() / name
-    shape_tag = "x".join(str(n) for n in image_shape)
-    cache_path = cache_root / f"{name}-{shape_tag}-{key[:16]}.pt"
+    cache_path = decoding.cache_path(key)
     cached = read_cache(cache_path, key, name)
     if cached is not None:
         return ClassImages(cached["images"], cached["labels"], list(cached["class_names"]))
@@ -247,7 +261,7 @@ def load_labelled_images(
         entries = [listed[i] for i in order]
         class_names = sorted({cls for cls, _ in entries})
         class_ids = {cls: i for i, cls in enumerate(class_names)}
-        pixels = decode_files([file for _, file in entries], image_shape, resample, fix)
+        pixels = decode_files([file for _, file in entries], decoding)
     collection = ClassImages(
         torch.from_numpy(pixels), torch.tensor([class_ids[cls] for cls, _ in entries], dtype=torch.long), class_names
     )

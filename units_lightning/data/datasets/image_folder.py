@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from units_lightning.data.datasets.class_images import ClassImages, ImageSource, load_class_images
+from units_lightning.data.datasets.class_images import ClassImages, Decoding, ImageSource, load_class_images
 from units_lightning.data.datasets.split_layout import SPLIT_NAMES
 
 DEFAULT_SPLIT_RATIOS = (0.64, 0.16, 0.2)  # CIFAR-FS's and mini-ImageNet's 64 / 16 / 20 classes of 100
@@ -27,7 +27,7 @@ def load_image_folder(root: str | Path, image_shape: Sequence[int], cache_dir: s
     """
     root = Path(root).expanduser()
     fix = "point root at a folder of class folders (<class>/<image>), or a zip of one"
-    return load_class_images([ImageSource(root)], image_shape, cache_dir, "image_folder", fix=fix)
+    return load_class_images([ImageSource(root)], Decoding(tuple(image_shape), cache_dir, "image_folder", fix=fix))
 
 
 def split_by_ratios(num_classes: int, ratios: Sequence[float], seed: int = 0) -> dict[str, list[int]]:

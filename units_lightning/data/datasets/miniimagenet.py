@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from units_lightning.data.datasets.class_images import ClassImages, load_labelled_images
+from units_lightning.data.datasets.class_images import ClassImages, Decoding, load_labelled_images
 from units_lightning.data.datasets.split_layout import SPLIT_NAMES, has_split_layout, load_split_layout, split_locations
 from units_lightning.data.io.files import ImageFile, fingerprint
 
@@ -74,7 +74,7 @@ def check_csv_classes(split: str, class_names: Sequence[str], csv_file: Path) ->
         )
 
 
-def load_csv_release(root: Path, split: str, image_shape: Sequence[int], cache_dir: str | Path | None) -> ClassImages:
+def load_csv_release(root: Path, split: str, decoding: Decoding) -> ClassImages:
     """One split of the original release: ``root/images/<file>`` listed by ``root/<split>.csv``.
 
     Raises:
@@ -95,7 +95,7 @@ def load_csv_release(root: Path, split: str, image_shape: Sequence[int], cache_d
         return listed
 
     identity = {"csv": fingerprint(csv_file), "images": fingerprint(images_dir, (".jpg", ".jpeg", ".png"))}
-    return load_labelled_images(entries, identity, image_shape, cache_dir, "miniimagenet", fix=_FIX)
+    return load_labelled_images(entries, identity, decoding)
 
 
 def learn2learn_pickle(root: Path, split: str) -> Path:
@@ -175,15 +175,15 @@ def load_miniimagenet(
     if split not in SPLIT_NAMES:
         raise ValueError(f"split must be one of {list(SPLIT_NAMES)}, got {split!r}")
     root = Path(root).expanduser()
-    shape = (3, image_size, image_size)
+    decoding = Decoding((3, image_size, image_size), cache_dir, "miniimagenet", fix=_FIX)
     if has_split_layout(root):
-        images = load_split_layout(root, split, shape, cache_dir, "miniimagenet", fix=_FIX)
+        images = load_split_layout(root, split, decoding)
         csv_file = csv_path(root, split)
         if csv_file is not None:
             check_csv_classes(split, images.class_names, csv_file)
         return images
     if (root / "images").is_dir() and csv_path(root, split) is not None:
-        return load_csv_release(root, split, shape, cache_dir)
+        return load_csv_release(root, split, decoding)
     pickle_file = learn2learn_pickle(root, split)
     if not pickle_file.is_file() and download:
         download_learn2learn_pickle(root, split)

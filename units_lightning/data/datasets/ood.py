@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from units_lightning.data.datasets.class_images import ImageSource, load_class_images
+from units_lightning.data.datasets.class_images import Decoding, ImageSource, load_class_images
 from units_lightning.data.datasets.images import TensorImages
 
 # name -> zip file of the set; its entries are <name>/<class>/<image>.
@@ -69,5 +69,6 @@ def load_ood(
             f"OOD set {name!r} not found: looked for {folder}/ and {archive}. Put the folder "
             f"{name}/<class>/<image> (e.g. the official test images saved as PNG) or its zip under {root}."
         )
-    images = load_class_images([source], image_shape, cache_dir, "ood", fix=f"re-create {archive.name}")
+    decoding = Decoding(tuple(image_shape), cache_dir, "ood", fix=f"re-create {archive.name}")
+    images = load_class_images([source], decoding)
     return images.as_split(f"ood-{name}", mean=mean, std=std)

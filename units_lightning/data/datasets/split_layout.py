@@ -11,10 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from PIL import Image
-
-from units_lightning.data.datasets.class_images import ClassImages, ImageSource, load_class_images
-from units_lightning.data.io.decode import DEFAULT_RESAMPLE
+from units_lightning.data.datasets.class_images import ClassImages, Decoding, ImageSource, load_class_images
 
 SPLIT_NAMES = ("train", "val", "test")
 # Folder and zip names that count as each split (learn2learn and others say "validation").
@@ -58,25 +55,14 @@ def has_split_layout(root: Path, splits: Sequence[str] = SPLIT_NAMES) -> bool:
     return all(find_split_sources(root, split) for split in splits)
 
 
-def load_split_layout(
-    root: str | Path,
-    split: str,
-    image_shape: Sequence[int],
-    cache_dir: str | Path | None = None,
-    name: str = "images",
-    resample: Image.Resampling = DEFAULT_RESAMPLE,
-    fix: str = "re-download the dataset",
-) -> ClassImages:
+def load_split_layout(root: str | Path, split: str, decoding: Decoding) -> ClassImages:
     """One split of a split-folder dataset, decoded once and cached (see ``load_class_images``).
 
     Args:
         root: folder holding ``<split>/<class>/<image>`` or zips of that layout.
         split: "train", "val" or "test".
-        image_shape: (channels, height, width) of the output.
-        cache_dir: where decoded tensors are kept; default ``default_cache_dir() / name``.
-        name: the dataset's name, for the cache file and messages.
-        resample: PIL filter for resizing.
-        fix: what to tell the user when the split is missing or a file is corrupt.
+        decoding: the output shape, the cache folder, the dataset's name and what to tell the user when the
+            split is missing or a file is corrupt.
 
     Raises:
         FileNotFoundError: no folder or zip of ``split`` under ``root``; the message lists where it looked.
@@ -86,7 +72,7 @@ def load_split_layout(
     sources = find_split_sources(root, split)
     if not sources:
         raise FileNotFoundError(
-            f"{name}: split '{split}' not found under {root} (looked for {', '.join(split_locations(root, split))}); "
-            f"{fix}"
+            f"{decoding.name}: split '{split}' not found under {root} "
+            f"(looked for {', '.join(split_locations(root, split))}); {decoding.fix}"
         )
-    return load_class_images(sources, image_shape, cache_dir, name, resample, fix)
+    return load_class_images(sources, decoding)
