@@ -18,6 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "units_lightning"
 
 # The bottom of the house: maths, engines, samplers, metrics and the episode types.
 FOUNDATIONS = (
+    "units_lightning.atomic",
     "units_lightning.backbones",
     "units_lightning.belief",
     "units_lightning.engines",

@@ -17,11 +17,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import glob
-import os
 import re
-import secrets
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -29,6 +26,8 @@ from typing import Any
 import torch
 from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
+
+from units_lightning.atomic import remove_stale_temporaries, write_atomically
 
 __all__ = [
     "RUN_KEY",
@@ -43,26 +42,6 @@ __all__ = [
 RUN_KEY = "units_lightning_run"
 # ModelCheckpoint's "last" file, with its version counter when one already existed: last.ckpt, last-v1.ckpt
 _LAST = re.compile(r"^last(-v\d+)?\.ckpt$")
-_TEMP = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)-[^.]+$")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _fsync_directory(directory: Path) -> None:
-    with contextlib.suppress(OSError):  # not every file system (or OS) lets a folder be opened and synced
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -81,31 +60,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
         if storage_options is not None or not _is_local_file_protocol(path):
             return super().save_checkpoint(checkpoint, path, storage_options)
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        self._remove_stale_temporaries(target)
-        temporary = target.parent / f".{target.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
-        # 0o666 less the umask, as for any new file (mkstemp would make it 0o600)
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-        try:
-            with os.fdopen(fd, "wb") as file:
-                torch.save(checkpoint, file)
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(temporary, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            raise
-        _fsync_directory(target.parent)
-
-    @staticmethod
-    def _remove_stale_temporaries(target: Path) -> None:
-        for candidate in target.parent.glob(f".{target.name}.tmp-*"):
-            match = _TEMP.match(candidate.name)
-            if match and match["name"] == target.name and not _pid_alive(int(match["pid"])):
-                with contextlib.suppress(OSError):
-                    candidate.unlink()
+        remove_stale_temporaries(path)
+        write_atomically(path, lambda file: torch.save(checkpoint, file))
 
 
 def last_checkpoints(folders: Iterable[str | Path]) -> list[Path]:
