@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import re
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,12 +24,20 @@ from pathlib import Path
 import torch
 import yaml
 
-from units_lightning.data import CIFARFSDataModule, EpisodicDataModule, MiniImageNetDataModule, OmniglotDataModule
-from units_lightning.module import UnitsMAML
-from units_lightning.samplers import MultiQuerySampler
+if not __package__:  # run as `python benchmarks/data.py`: `benchmarks` is imported from the repository
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-REPO = Path(__file__).resolve().parents[1]
-SECTION = "## Data loading"
+from benchmarks.common import REPO, write_section  # noqa: E402
+from units_lightning.data import (  # noqa: E402
+    CIFARFSDataModule,
+    EpisodicDataModule,
+    MiniImageNetDataModule,
+    OmniglotDataModule,
+)
+from units_lightning.module import UnitsMAML  # noqa: E402
+from units_lightning.samplers import MultiQuerySampler  # noqa: E402
+
+TITLE = "Data loading"
 MODULES = {"omniglot": OmniglotDataModule, "cifarfs": CIFARFSDataModule, "miniimagenet": MiniImageNetDataModule}
 
 
@@ -99,8 +107,6 @@ def step_rate(data: EpisodicDataModule, model_args: dict, steps: int) -> float:
 
 def markdown(results: list[Result], machine: str) -> str:
     lines = [
-        SECTION,
-        "",
         f"`python benchmarks/data.py` on {machine}. Meta-batches per second from each data module's training "
         "loader (the paper setting's task shape, meta-batch and 8 query sets; images decoded once and cached), "
         "with 0 and 2 loader workers, against the rate at which real `UnitsMAML` training steps consume them "
@@ -117,17 +123,6 @@ def markdown(results: list[Result], machine: str) -> str:
             f"{r.step_rate:.3f} | {r.ratio:.0f}x |"
         )
     return "\n".join(lines) + "\n"
-
-
-def write_section(path: Path, section: str) -> None:
-    """Replace (or append) the "## Data loading" section of ``path``, keeping every other section."""
-    text = path.read_text() if path.is_file() else "# Performance\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(text):
-        text = pattern.sub(section.rstrip("\n") + "\n\n", text).rstrip("\n") + "\n"
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text)
 
 
 def main() -> None:
@@ -159,9 +154,9 @@ def main() -> None:
         f"{os.cpu_count()} CPU cores ({platform.machine()}, load average {load:.1f} at the end), torch "
         f"{torch.__version__}, {time.strftime('%Y-%m-%d')}"
     )
-    section = markdown(results, machine)
-    print(section)
-    write_section(args.output, section)
+    body = markdown(results, machine)
+    print(f"## {TITLE}\n\n{body}")
+    write_section(args.output, TITLE, body)
 
 
 if __name__ == "__main__":

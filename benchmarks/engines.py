@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import platform
 import sys
 import time
 from dataclasses import dataclass
@@ -36,10 +35,14 @@ from pathlib import Path
 
 import torch
 
-from units_lightning.episode import SealedLabels, TaskBatch
-from units_lightning.ledger import LabelLedger
-from units_lightning.module import UnitsMAML
-from units_lightning.samplers import MultiQuerySampler, RandomSampler
+if not __package__:  # run as `python benchmarks/engines.py`: `benchmarks` is imported from the repository
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import device_name, versions, write_section  # noqa: E402
+from units_lightning.episode import SealedLabels, TaskBatch  # noqa: E402
+from units_lightning.ledger import LabelLedger  # noqa: E402
+from units_lightning.module import UnitsMAML  # noqa: E402
+from units_lightning.samplers import MultiQuerySampler, RandomSampler  # noqa: E402
 
 QUERY_SETS = 8  # candidate query sets per task in the Units-ML step
 
@@ -270,29 +273,7 @@ def table(rows: list[dict], engines: list[str]) -> str:
 
 
 def environment(device: torch.device) -> str:
-    import lightning
-
-    if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-    else:
-        name = f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
-    return (
-        f"device: {name}; torch {torch.__version__}, lightning {lightning.__version__}, "
-        f"Python {platform.python_version()}; cuDNN benchmark {torch.backends.cudnn.benchmark}"
-    )
-
-
-def write_section(path: Path, title: str, body: str) -> None:
-    """Replace (or append) the ``## title`` section of a Markdown file, leaving other sections alone."""
-    text = path.read_text() if path.exists() else "# Performance\n"
-    marker = f"## {title}"
-    start = text.find(marker)
-    if start == -1:
-        text = text.rstrip("\n") + f"\n\n{marker}\n\n{body}\n"
-    else:
-        end = text.find("\n## ", start + len(marker))
-        text = text[:start] + f"{marker}\n\n{body}\n" + (text[end + 1 :] if end != -1 else "")
-    path.write_text(text)
+    return f"device: {device_name(str(device))}; {versions(', ')}; cuDNN benchmark {torch.backends.cudnn.benchmark}"
 
 
 def main() -> None:

@@ -31,7 +31,6 @@ import cProfile
 import json
 import math
 import os
-import platform
 import pstats
 import sys
 import tempfile
@@ -40,18 +39,20 @@ import traceback
 import warnings
 from pathlib import Path
 
-import lightning
 import lightning.pytorch as pl
 import numpy as np
 import torch
 import yaml
-from engines import sync, time_steps
 from lightning.pytorch.callbacks import Callback
 
-from units_lightning.cli import cli_main
-from units_lightning.module import auto_capture
+if not __package__:  # run as `python benchmarks/fit.py`: `benchmarks` is imported from the repository
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks.common import REPO, device_name, versions  # noqa: E402
+from benchmarks.engines import sync, time_steps  # noqa: E402
+from units_lightning.cli import cli_main  # noqa: E402
+from units_lightning.module import auto_capture  # noqa: E402
+
 SHARED = REPO.parent / "shared" / "data"
 CONFIGS = ["omniglot_20w1s", "omniglot_5w1s", "budget_omniglot_5w1s", "cifarfs_5w5s", "miniimagenet_5w1s"]
 
@@ -282,20 +283,25 @@ def run_one(name: str, args: argparse.Namespace, out: Path) -> dict:
     return row
 
 
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a timed fit that ``fit.py`` and ``scaling.py`` share: its length, its data, where it goes."""
+    parser.add_argument("--steps", type=int, default=300, help="training steps of each fit")
+    parser.add_argument("--skip", type=int, default=50, help="first steps left out of the timing")
+    parser.add_argument("--keep-warmup", action="store_true", help="keep the sampler's warm-up (no scoring)")
+    parser.add_argument("--shared", default=str(SHARED), help="the shared data folder")
+    parser.add_argument("--stand-in", help="folder for random stand-in images where the shared data is absent")
+    parser.add_argument("--stand-in-images", type=int, default=140, help="images per class of a stand-in")
+    parser.add_argument("--out", help="folder for the runs and their logs (default: a temporary folder)")
+    parser.add_argument("--json", help="also write the rows to this file")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--configs", nargs="*", default=CONFIGS)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--steps", type=int, default=300, help="training steps of each fit")
-    parser.add_argument("--skip", type=int, default=50, help="first steps left out of the timing")
+    add_run_options(parser)
     parser.add_argument("--bare-warmup", type=int, default=5)
     parser.add_argument("--bare-repeats", type=int, default=30)
-    parser.add_argument("--keep-warmup", action="store_true", help="keep the sampler's warm-up (no scoring)")
-    parser.add_argument("--shared", default=str(SHARED), help="the shared data folder")
-    parser.add_argument("--stand-in", help="folder for random stand-in images where ../shared/data is absent")
-    parser.add_argument("--stand-in-images", type=int, default=140, help="images per class of a stand-in")
-    parser.add_argument("--out", help="folder for the runs (default: a temporary folder)")
-    parser.add_argument("--json", help="also write the rows to this file")
     parser.add_argument("--profile", type=int, default=0, help="print the N costliest functions of each fit")
     parser.add_argument(
         "--sync-check",
@@ -308,13 +314,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     os.environ.setdefault("WANDB_MODE", "offline")
     os.environ.setdefault("WANDB_SILENT", "true")
-    device = (
-        torch.cuda.get_device_name()
-        if args.device == "cuda"
-        else f"{platform.processor() or 'cpu'}, {torch.get_num_threads()} threads"
-    )
-    print(f"# {device} | torch {torch.__version__} | lightning {lightning.__version__} | Python "
-          f"{platform.python_version()} | steps {args.steps}, timed after {args.skip}", flush=True)  # fmt: skip
+    device = device_name(args.device)
+    print(f"# {device} | {versions()} | steps {args.steps}, timed after {args.skip}", flush=True)
     out = Path(args.out or tempfile.mkdtemp(prefix="fit-bench-"))
     rows = []
     for name in args.configs:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -33,14 +32,17 @@ import tempfile
 import time
 from pathlib import Path
 
-import lightning
 import lightning.pytorch as pl
 import torch
 import yaml
-from fit import REPO, SHARED, StepTimer, data_root
 from lightning.pytorch.callbacks import Callback
 
-from units_lightning.cli import cli_main
+if not __package__:  # run as `python benchmarks/scaling.py`: `benchmarks` is imported from the repository
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import REPO, cpu_description, versions  # noqa: E402
+from benchmarks.fit import StepTimer, add_run_options, data_root  # noqa: E402
+from units_lightning.cli import cli_main  # noqa: E402
 
 CONFIGS = ["omniglot_20w1s", "cifarfs_5w5s"]
 # Variables of an enclosing launcher (torchrun, SLURM): each measured run starts its own processes on this machine.
@@ -200,8 +202,7 @@ def table(rows: list[dict]) -> str:
 def device_name(accelerator: str) -> str:
     if accelerator in ("gpu", "cuda") and torch.cuda.is_available():
         return f"{torch.cuda.device_count()} x {torch.cuda.get_device_name()}"
-    threads = os.environ.get("OMP_NUM_THREADS", "unset")
-    return f"{platform.processor() or 'cpu'}, {os.cpu_count()} cores, OMP_NUM_THREADS={threads}"
+    return cpu_description()
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -209,14 +210,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--configs", nargs="*", default=CONFIGS, help="names of configs/*.yaml")
     parser.add_argument("--devices", nargs="*", type=int, default=[1, 2, 4], help="device counts to measure")
     parser.add_argument("--accelerator", default="gpu", help="gpu, or cpu for a smoke run (gloo)")
-    parser.add_argument("--steps", type=int, default=300, help="training steps of each fit")
-    parser.add_argument("--skip", type=int, default=50, help="first steps left out of the timing")
-    parser.add_argument("--keep-warmup", action="store_true", help="keep the sampler's warm-up (no scoring)")
-    parser.add_argument("--shared", default=str(SHARED), help="the shared data folder")
-    parser.add_argument("--stand-in", help="folder for random stand-in images where the shared data is absent")
-    parser.add_argument("--stand-in-images", type=int, default=140, help="images per class of a stand-in")
-    parser.add_argument("--out", help="folder for the runs and their logs (default: a temporary folder)")
-    parser.add_argument("--json", help="also write the rows to this file")
+    add_run_options(parser)
     parser.add_argument("--timeout", type=float, default=1800, help="seconds one measured run may take")
     parser.add_argument("--worker-result", help=argparse.SUPPRESS)  # set by this script for one measured run
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="more options for every fit")
@@ -238,8 +232,7 @@ def main(argv: list[str] | None = None) -> None:
     Path(args.out).mkdir(parents=True, exist_ok=True)
     device = device_name(args.accelerator)
     command = " ".join(["python", "benchmarks/scaling.py", *(argv if argv is not None else sys.argv[1:])])
-    print(f"# {device} | torch {torch.__version__} | lightning {lightning.__version__} | Python "
-          f"{platform.python_version()} | steps {args.steps}, timed after {args.skip}", flush=True)  # fmt: skip
+    print(f"# {device} | {versions()} | steps {args.steps}, timed after {args.skip}", flush=True)
     print(f"# {command}", flush=True)
     rows = []
     for name in args.configs:

@@ -21,9 +21,10 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from engines import step, sync  # noqa: E402
+if not __package__:  # run as `python benchmarks/step_profile.py`: `benchmarks` is imported from the repository
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.engines import step, sync  # noqa: E402
 from units_lightning.cli import cli_main  # noqa: E402
 
 

@@ -31,19 +31,21 @@ START = time.perf_counter()  # before the imports below: they are part of a comm
 import argparse  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
-import platform  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 from dataclasses import asdict, dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-import lightning  # noqa: E402
 import torch  # noqa: E402
 import yaml  # noqa: E402
-from engines import sync  # noqa: E402
-from fit import full_run_capture  # noqa: E402
 from lightning.pytorch.callbacks import Callback  # noqa: E402
 
+if not __package__:  # run as `python benchmarks/whole_run.py`: `benchmarks` is imported from the repository
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import device_name, versions  # noqa: E402
+from benchmarks.engines import sync  # noqa: E402
+from benchmarks.fit import full_run_capture  # noqa: E402
 from units_lightning.cli import main as units_lightning  # noqa: E402
 
 IMPORTED = time.perf_counter()
@@ -215,7 +217,8 @@ def main(argv: list[str] | None = None) -> dict[str, float | None]:
     )
     global BLOCK
     BLOCK = args.block
-    command = ["fit", "--config", args.config, *passed, "--trainer.callbacks+=whole_run.PhaseTimer"]
+    timer = f"{PhaseTimer.__module__}.PhaseTimer"  # this module, as a script (__main__) or imported
+    command = ["fit", "--config", args.config, *passed, f"--trainer.callbacks+={timer}"]
     if args.steps is not None:
         command += ["--trainer.max_steps", str(args.steps)]
         capture = full_run_capture(config, device, passed)
@@ -234,7 +237,12 @@ def main(argv: list[str] | None = None) -> dict[str, float | None]:
     record = RECORDS[0]
     full_steps = full_run_steps(record, config["trainer"].get("max_steps"))
     figures = project(record, full_steps, end - record.train_end)
-    figures = {"config": args.config, "device": _device_name(device), "imports_s": IMPORTED - START, **figures}
+    figures = {
+        "config": args.config,
+        "device": f"{device_name(device)} | {versions()}",
+        "imports_s": IMPORTED - START,
+        **figures,
+    }
     print(_table(figures))
     if args.json:
         Path(args.json).write_text(json.dumps({**figures, "record": asdict(record)}, indent=1))
@@ -257,12 +265,6 @@ def _finish_wandb() -> None:
     wandb = sys.modules.get("wandb")
     if wandb is not None and getattr(wandb, "run", None) is not None:
         wandb.finish()
-
-
-def _device_name(device: str) -> str:
-    name = torch.cuda.get_device_name() if device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
-    versions = f"torch {torch.__version__} | lightning {lightning.__version__} | Python {platform.python_version()}"
-    return f"{name} | {versions}"
 
 
 def _table(f: dict) -> str:
@@ -288,5 +290,4 @@ def _table(f: dict) -> str:
 
 
 if __name__ == "__main__":
-    sys.modules.setdefault("whole_run", sys.modules[__name__])  # the callback's class path names this module
     main()

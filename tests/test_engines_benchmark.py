@@ -1,8 +1,6 @@
 """benchmarks/engines.py: the table it prints, with and without the capture check."""
 
-from tiny_setup import benchmark
-
-engines = benchmark("engines")
+from benchmarks import engines
 
 
 def test_the_table_says_which_captures_were_checked_and_how_far_from_eager():

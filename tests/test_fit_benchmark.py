@@ -6,11 +6,11 @@ import pytest
 import torch
 import yaml
 from lightning.pytorch.callbacks import Callback
-from tiny_setup import benchmark, tiny_data, tiny_model, tiny_trainer
+from tiny_setup import tiny_data, tiny_model, tiny_trainer
 
+from benchmarks import fit
 from units_lightning.samplers import RandomSampler
 
-fit = benchmark("fit")
 SyncWatch = fit.SyncWatch
 REPO = fit.REPO
 

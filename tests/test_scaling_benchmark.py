@@ -6,11 +6,12 @@ import subprocess
 import sys
 
 import pytest
-from tiny_setup import REPO, benchmark
+from tiny_setup import REPO
+
+from benchmarks import scaling
 
 
 def test_each_run_is_the_config_on_n_devices_with_validation_off():
-    scaling = benchmark("scaling")
     args = scaling.parse(["--accelerator", "cpu", "--steps", "20", "--skip", "5", "--extra", "--model.filters=8"])
     config = {"data": {"class_path": "units_lightning.data.OmniglotDataModule"}, "trainer": {}}
     one = scaling.fit_arguments("omniglot_20w1s", config, REPO / "omniglot", 1, args, REPO / "out")
@@ -24,7 +25,6 @@ def test_each_run_is_the_config_on_n_devices_with_validation_off():
 
 
 def test_speedups_are_over_the_single_device_row_of_the_same_config():
-    scaling = benchmark("scaling")
     rows = [
         {"config": "a", "devices": 1, "tasks_per_rank": 8, "tasks_per_step": 8, "tasks_per_s": 100.0},
         {"config": "a", "devices": 2, "tasks_per_rank": 8, "tasks_per_step": 16, "tasks_per_s": 190.0},
@@ -40,7 +40,6 @@ def test_speedups_are_over_the_single_device_row_of_the_same_config():
 
 
 def test_nothing_timed_is_refused():
-    scaling = benchmark("scaling")
     with pytest.raises(SystemExit):
         scaling.parse(["--steps", "10", "--skip", "10"])
 

@@ -1,24 +1,14 @@
 """``benchmarks/soak.py``'s bookkeeping: it reads this process tree's memory and tells flat from growing."""
 
-import importlib.util
 import os
 import subprocess
 import sys
 import time
 
-from tiny_setup import REPO
-
-
-def _soak():
-    spec = importlib.util.spec_from_file_location("benchmarks_soak", REPO / "benchmarks" / "soak.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["benchmarks_soak"] = module  # dataclasses look their module up while the file runs
-    spec.loader.exec_module(module)
-    return module
+from benchmarks import soak
 
 
 def test_it_samples_this_process_and_the_processes_below_it():
-    soak = _soak()
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         assert child.pid in soak.descendants(os.getpid())
@@ -30,7 +20,6 @@ def test_it_samples_this_process_and_the_processes_below_it():
 
 
 def test_the_verdict_tells_a_flat_run_from_a_leak():
-    soak = _soak()
 
     def run(growth_mb_per_minute):  # one sample a minute for 30 minutes, RSS wobbling by 1 MB
         rss = [1000 + growth_mb_per_minute * m + (m % 2) for m in range(31)]

@@ -4,9 +4,10 @@ import json
 import math
 
 import pytest
-from tiny_setup import QUICKSTART, TINY_QUICKSTART, benchmark
+from tiny_setup import QUICKSTART, TINY_QUICKSTART
 
-whole_run = benchmark("whole_run")
+from benchmarks import whole_run
+
 Record = whole_run.Record
 
 
