@@ -20,9 +20,10 @@ import torch
 from tiny_setup import tiny_data, tiny_model, tiny_trainer
 
 from units_lightning.annotation import IngestError, LabelStore, ingest, read_answers, read_manifest
-from units_lightning.annotation.answers import read_label_studio_export
+from units_lightning.annotation.answers import CANT_TELL, read_label_studio_export
 from units_lightning.annotation.commands import TOKEN_VARIABLE, ingest_main, select_main
 from units_lightning.annotation.label_studio import (
+    DOCUMENT_ROOT_VARIABLE,
     LABEL_CONFIG,
     LabelStudio,
     LabelStudioError,
@@ -41,12 +42,12 @@ def annotation(label: str, cancelled: bool = False, number: int = 1) -> dict:
 
 def test_the_batch_becomes_one_task_per_image_with_its_tasks_classes_and_the_prediction(project, make_batch, tmp_path):
     batch = make_batch(project, [(t.name, list(t.unlabeled[:5])) for t in project.tasks[:2]])
-    tasks = label_studio_tasks(batch, image_urls(project.root, project.root.parent))
+    tasks = label_studio_tasks(batch, image_urls(project.root, project.root.parent), hint_vacuity=1.5)  # all sure
     assert len(tasks) == 10
     first, sixth = tasks[0], tasks[5]
     assert first["data"]["image_id"] == batch.query_sets[0].images[0].image
     assert first["data"]["image"] == f"/data/local-files/?d=project/{first['data']['image_id']}"
-    assert [c["value"] for c in sixth["data"]["choices"]] == list(project.tasks[1].classes)
+    assert [c["value"] for c in sixth["data"]["choices"]] == [*project.tasks[1].classes, CANT_TELL]
     prediction = first["predictions"][0]
     assert prediction["result"][0]["value"]["choices"] == [batch.query_sets[0].images[0].predicted]
     assert prediction["result"][0]["from_name"] == "label" and 'name="label"' in LABEL_CONFIG
@@ -66,9 +67,11 @@ def test_an_export_gives_one_answer_per_submitted_annotation(project, make_batch
     for number, task in enumerate(tasks, start=1):
         task["id"] = number
         task["annotations"] = [annotation(key[task["data"]["image_id"]], number=10 * number)]
-    tasks[1]["annotations"].append(annotation("class-9999", cancelled=True, number=99))  # skipped, not an answer
+    tasks[1]["annotations"].append(annotation("class-9999", cancelled=True, number=99))  # skipped: can't tell
     (tmp_path / "export.json").write_text(json.dumps(tasks))
     answers = read_answers(tmp_path / "export.json")
+    skipped = answers.pop(2)
+    assert (skipped.label, skipped.where) == (CANT_TELL, "export.json task 2 annotation 99 (skipped)")
     assert [a.image for a in answers] == [p.image for p in batch.query_sets[0].images]
     assert answers[2].where == "export.json task 3 annotation 30"
     ingest(batch, answers, "export.json")
@@ -77,8 +80,8 @@ def test_an_export_gives_one_answer_per_submitted_annotation(project, make_batch
         annotation(next(c for c in batch.query_sets[0].classes if c != key[second["data"]["image_id"]]))
     )
     disagreeing = dataclasses.replace(batch, id="batch-two")
-    with pytest.raises(IngestError, match="labeled twice with two answers"):
-        ingest(disagreeing, read_label_studio_export(tasks, "export.json"), "export.json")
+    with pytest.raises(IngestError, match=r"(?s)no query set is complete yet \(1 pending\).*2 disputed"):  # 1 to 1, twice
+        ingest(disagreeing, read_label_studio_export(tasks, "export.json"), "export.json", tmp_path / "new.json")
     minimal = [
         {"image_id": t["data"]["image_id"], "label": key[t["data"]["image_id"]], "id": i} for i, t in enumerate(tasks)
     ]
@@ -189,19 +192,8 @@ def test_one_round_through_a_real_label_studio(
     trainer.save_checkpoint(tmp_path / "model.ckpt")
 
     options = project_options(root)
-    select_main(
-        [
-            *options,
-            "--ckpt_path",
-            str(tmp_path / "model.ckpt"),
-            "--budget",
-            "2",
-            "--label_studio_url",
-            url,
-            "--label_studio_files_root",
-            str(files),
-        ]
-    )
+    monkeypatch.setenv(DOCUMENT_ROOT_VARIABLE, str(files))  # exported for the server and select, as the docs say
+    select_main([*options, "--ckpt_path", str(tmp_path / "model.ckpt"), "--budget", "2", "--label_studio_url", url])
     folder = next((root / "batches").iterdir())
     batch = read_manifest(folder)
     assert batch.label_studio["url"] == url
@@ -209,21 +201,27 @@ def test_one_round_through_a_real_label_studio(
     project = batch.label_studio["project"]
     tasks = client.request("GET", f"/api/projects/{project}/tasks/?page_size=100")
     assert len(tasks) == 10
+    skipped = batch.query_sets[1].images[0].image  # the annotator cannot tell this one
 
-    for task in tasks:  # an annotator at work: look at the image, keep or correct the pre-annotation, submit
+    for task in tasks:  # an annotator at work: look at the image and the supports, answer or skip, submit
         image = task["data"]["image_id"]
-        request = urllib.request.Request(
-            url + task["data"]["image"], headers={"Authorization": f"Bearer {client._access}"}
-        )
-        with urllib.request.urlopen(request) as served:
+        with urllib.request.urlopen(
+            urllib.request.Request(url + task["data"]["image"], headers={"Authorization": f"Bearer {client._access}"})
+        ) as served:
             assert served.read() == (root / image).read_bytes()
-        assert task["predictions"], "the model's prediction is shown as a pre-annotation"
+        assert task["data"]["hint"].startswith("The model's guess") and "vacuity" in task["data"]
+        assert bool(task["predictions"]) == (task["data"]["vacuity"] < 0.5)  # pre-selected only when sure
+        assert [c["value"] for c in task["data"]["choices"]][-1] == CANT_TELL
         result = [{"from_name": "label", "to_name": "image", "type": "choices", "value": {"choices": [key[image]]}}]
-        client.request("POST", f"/api/tasks/{task['id']}/annotations/", {"result": result, "was_cancelled": False})
+        body = {"result": [], "was_cancelled": True} if image == skipped else {"result": result, "was_cancelled": False}
+        client.request("POST", f"/api/tasks/{task['id']}/annotations/", body)
 
     ingest_main(["--batch", str(folder)])  # the export fetched through the API
     store = LabelStore.load(root / "labels.json")
-    assert dict(store.labels) == {p.image: key[p.image] for s in batch.query_sets for p in s.images}
+    assert dict(store.labels) == {p.image: key[p.image] for p in batch.query_sets[0].images}
+    assert store.cant_tell == {skipped: batch.id} and store.removed[0].images == tuple(
+        p.image for p in batch.query_sets[1].images
+    )
     assert store.batches[0].source == f"{url} project {project}"
     assert (folder / "label_studio" / "export.json").is_file()
 
