@@ -20,8 +20,9 @@ numbers; computed from the evidence, not from the network's penultimate layer):
 * ``gumbel_noise`` and ``perturbed_scores``: stochastic acquisition (the top of ``perturbed_scores`` is a sample
   without replacement in proportion to a softmax or a power of the score: the Gumbel-top-k trick).
 
-Every function is free of device-to-host reads and data-dependent Python branches, so that a training step that
-calls it can be replayed as a CUDA graph (``gumbel_noise`` draws on the host: see ``StochasticSampler``).
+Every function is free of device-to-host reads and data-dependent Python branches (tensors are indexed with
+``index_select``, never with a 0-d tensor, which reads it back), so that a training step that calls it can be replayed
+as a CUDA graph (``gumbel_noise`` draws on the host: see ``StochasticSampler``).
 """
 
 from __future__ import annotations
@@ -268,8 +269,9 @@ def diverse_order(
         one = torch.zeros_like(remaining).scatter(0, pick.view(1), found.view(1))  # the pick, if any
         priority = torch.where(one, torch.full_like(priority, float(size - i)), priority)
         remaining = remaining & ~one
-        open_tasks = open_tasks & ~torch.zeros_like(open_tasks).scatter(0, task_of[pick].view(1), found.view(1))
-        closeness = torch.where(found, torch.maximum(closeness, similarity[pick]), closeness)
+        served = torch.zeros_like(open_tasks).scatter(0, task_of.index_select(0, pick.view(1)), found.view(1))
+        open_tasks = open_tasks & ~served
+        closeness = torch.where(found, torch.maximum(closeness, similarity.index_select(0, pick.view(1))[0]), closeness)
     return priority.view(num_tasks, num_sets)
 
 
