@@ -12,6 +12,8 @@ import csv
 import io
 import json
 import os
+import shlex
+import subprocess
 import sys
 from collections.abc import Sequence
 from datetime import datetime, timezone
@@ -25,7 +27,7 @@ from units_lightning.annotation.answers import Answer, read_answers, read_label_
 from units_lightning.annotation.atomic import write_text_atomically
 from units_lightning.annotation.batch import MANIFEST_NAME, AnnotationBatch, read_manifest, write_batch
 from units_lightning.annotation.datamodule import AnnotatedTasksDataModule
-from units_lightning.annotation.ingest import IngestOutcome, ingest_outcome
+from units_lightning.annotation.ingest import IngestError, IngestOutcome, ingest_outcome
 from units_lightning.annotation.label_store import LabeledQuerySet, SelectedBatch
 from units_lightning.annotation.label_studio import (
     DOCUMENT_ROOT_VARIABLE,
@@ -43,7 +45,7 @@ from units_lightning.evaluation.checkpoints import load_checkpoint
 from units_lightning.module import UnitsMAML
 from units_lightning.samplers import RandomSampler, TaskSampler
 
-__all__ = ["disputes_csv", "ingest_main", "main", "schedule_at", "select_main"]
+__all__ = ["disputes_csv", "ingest_main", "main", "retrain_once", "schedule_at", "select_main", "serve_main"]
 
 TOKEN_VARIABLE = "LABEL_STUDIO_API_KEY"
 # Sections of a fit config that select does not use (the trainer, the CLI's own options).
@@ -373,10 +375,119 @@ def ingest_main(argv: Sequence[str] | None = None) -> None:
     print(_ingest_report(batch, outcome, labels, folder), flush=True)
 
 
+def _serve_parser() -> ArgumentParser:
+    parser = _select_parser()
+    parser.prog = "units-lightning serve"
+    parser.description = (
+        "A model server for Label Studio's ML backend API (/health, /setup, /predict, /webhook and /train): "
+        "predictions with score, vacuity and dissonance for the tasks select sent, and, debounced after "
+        "annotations, the answers ingested from Label Studio and --train_command run, then the checkpoint reloaded."
+    )
+    for action in list(parser._actions):  # select's own options that a server does not take
+        if action.dest in ("budget", "output", "batch_id", "cancel", "alongside", "image_url_prefix"):
+            parser._actions.remove(action)
+            for option in action.option_strings:
+                parser._option_string_actions.pop(option, None)
+    parser.add_argument("--host", type=str, default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=9090, help="port to listen on (Label Studio: Settings > Model)")
+    parser.add_argument("--debounce", type=float, default=30.0, help="seconds of quiet after annotations to retrain")
+    parser.add_argument(
+        "--train_command",
+        type=str,
+        default=None,
+        help="the fit to run after new answers are ingested, e.g. \"units-lightning fit --config ... --ckpt_path "
+        "last --trainer.max_epochs 3\"; it must write --ckpt_path, which is reloaded (none: ingest only)",
+    )
+    return parser
+
+
+def retrain_once(data: AnnotatedTasksDataModule, config: Any, reload: Any) -> list[str]:
+    """One retraining: every pending batch sent to Label Studio is fetched and ingested (what is complete), then,
+    when something new was taken in, ``config.train_command`` runs and ``reload()`` loads the checkpoint again.
+
+    Returns:
+        What happened, one line per step (the server prints them).
+    """
+    said = []
+    taken = 0
+    for out in data.label_store().pending():
+        try:
+            batch = read_manifest(out.folder)
+        except ValueError as error:
+            said.append(f"batch {out.id}: {error}")
+            continue
+        if not (batch.label_studio or {}).get("project"):
+            continue
+        try:
+            answers, source = _fetch(batch, Path(out.folder), config.label_studio_url, config.label_studio_token)
+            outcome = ingest_outcome(batch, answers, source, data.labels)
+        except (IngestError, OSError) as error:
+            said.append(f"batch {out.id}: not ingested: {str(error).splitlines()[0]}")
+            continue
+        taken += len(outcome.labeled)
+        said.append(
+            f"batch {out.id}: {len(outcome.labeled)} query sets taken in, {len(outcome.removed)} removed, "
+            f"{len(outcome.pending)} pending"
+        )
+    if taken and config.train_command:
+        finished = subprocess.run(shlex.split(config.train_command), check=False)
+        if finished.returncode != 0:
+            said.append(f"train command failed (status {finished.returncode}): the model was not reloaded")
+        else:
+            said.append(f"trained; {reload()}")
+    return said
+
+
+def serve_main(argv: Sequence[str] | None = None) -> None:
+    """``units-lightning serve --config CONFIG --ckpt_path CKPT [--port 9090] [--train_command CMD]``: the ML
+    backend for Label Studio (see ``units_lightning.annotation.ml_backend``); runs until interrupted.
+
+    Raises:
+        ValueError: as for ``select``; or no checkpoint (an untrained model suggests nothing).
+    """
+    from units_lightning.annotation.ml_backend import Debouncer, Predictor, make_server
+
+    parser = _serve_parser()
+    config = parser.parse_args(None if argv is None else list(argv))
+    if not config.ckpt_path:
+        raise ValueError("serve needs --ckpt_path: an untrained model has no suggestion to make")
+    built = parser.instantiate(config)
+    data, model = built.data, built.model
+    if not isinstance(data, AnnotatedTasksDataModule):
+        raise ValueError("serve needs data.class_path units_lightning.annotation.AnnotatedTasksDataModule")
+    model.sampler = data.sampler
+    _restore(model, config.ckpt_path)
+    model.to(config.device)
+    predictor = Predictor(model, data.project(), data.label_store, data.image_shape, config.hint_vacuity)
+
+    def reload() -> str:
+        with predictor.lock:
+            step, _ = _restore(model, config.ckpt_path)
+        return f"reloaded {_shown(config.ckpt_path)} (step {step})"
+
+    def retrain() -> None:
+        for line in retrain_once(data, config, reload):
+            print(f"units-lightning serve: {line}", flush=True)
+
+    server = make_server(predictor, Debouncer(retrain, config.debounce), config.host, config.port)
+    host, port = server.server_address[:2]
+    print(
+        f"units-lightning serve: the ML backend of {_shown(data.root)} at http://{host}:{port} ({predictor.version}); "
+        "in Label Studio: Settings > Model > Connect Model, this URL",
+        flush=True,
+    )
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m units_lightning.annotation.commands {select,ingest} ...``."""
+    """``python -m units_lightning.annotation.commands {select,ingest,serve} ...``."""
     words = sys.argv[1:] if argv is None else list(argv)
-    commands = {"select": select_main, "ingest": ingest_main}
+    commands = {"select": select_main, "ingest": ingest_main, "serve": serve_main}
     if not words or words[0] not in commands:
         sys.exit(f"usage: python -m units_lightning.annotation.commands {{{','.join(commands)}}} [options] (--help)")
     try:
