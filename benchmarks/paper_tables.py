@@ -24,7 +24,7 @@ if not __package__:  # `python benchmarks/paper_tables.py`: `benchmarks` is impo
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.tables.cli import main  # noqa: E402
-from benchmarks.tables.sigterm import CheckpointOnSigterm  # noqa: E402, F401  (older fits name paper_tables.*)
+from units_lightning.callbacks import CheckpointOnSigterm  # noqa: E402, F401  (older fit commands name it here)
 
 if __name__ == "__main__":
     sys.exit(main(started=STARTED))

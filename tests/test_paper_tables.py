@@ -17,7 +17,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from tiny_setup import QUICKSTART, REPO, tiny_data, tiny_model, tiny_trainer
 
-from benchmarks.tables import cli, folders, grid, launcher, metrics, reference, report, sigterm, statistics
+from benchmarks.tables import cli, folders, grid, launcher, metrics, reference, report, statistics
 from units_lightning.resume import find_last_checkpoint
 from units_lightning.samplers import MultiQuerySampler, RandomSampler, SingleTaskSelectionSampler
 
@@ -500,7 +500,7 @@ def _fit(root, extra=(), ckpt_path=None, **options):
     pl.seed_everything(0, verbose=False)
     data = tiny_data(RandomSampler(tasks=2))
     last = ModelCheckpoint(dirpath=root / "checkpoints", filename="last")
-    callbacks = [last, sigterm.CheckpointOnSigterm(), *extra]
+    callbacks = [last, *extra]  # UnitsMAML adds CheckpointOnSigterm to every fit
     trainer = tiny_trainer(root, enable_checkpointing=True, callbacks=callbacks, **{**EPOCHS, **options})
     trainer.fit(tiny_model(sampler=data.sampler), data, ckpt_path=ckpt_path)
     return trainer.global_step, trainer.lightning_module.state_dict()

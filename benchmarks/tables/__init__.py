@@ -32,9 +32,9 @@ config's own seeds, so every run is tested on the same tasks.
 
 ``--time-limit`` stops launching commands ``--grace`` seconds before the limit and sends SIGTERM to those still
 running: a training run finishes its step, writes ``last.ckpt`` when that step is one in the middle of an epoch
-with no validation after it (``CheckpointOnSigterm``, added to every fit; otherwise the ``last.ckpt`` of the last
-validation stands) and exits with 143; at the limit the rest are killed (checkpoints are written atomically).
-The next call continues. SIGTERM to this script does the same at once.
+with no validation after it (``units_lightning.callbacks.CheckpointOnSigterm``, which every fit has; otherwise
+the ``last.ckpt`` of the last validation stands) and exits with 143; at the limit the rest are killed
+(checkpoints are written atomically). The next call continues. SIGTERM to this script does the same at once.
 
 Tables (Markdown and JSON) and plots (test accuracy against labeled query sets, one band per method) go to
 ``<root>/tables/``: mean and 95% confidence interval over seeds (Student t with n - 1 degrees of freedom) beside
@@ -43,7 +43,6 @@ coverage from each ``results.json``, and Units-ML against Units-NTS paired by se
 
 Modules: ``reference`` (the paper's numbers), ``statistics`` (Student t, confidence intervals, paired
 differences), ``grid`` (configs, methods, runs and their commands), ``folders`` (what a run's folder holds),
-``metrics`` (the metrics of every fit segment), ``launcher`` (running the grid in time), ``sigterm``
-(``CheckpointOnSigterm``), ``report`` (tables and plots), ``cli`` (the command line of
-``benchmarks/paper_tables.py``).
+``metrics`` (the metrics of every fit segment), ``launcher`` (running the grid in time), ``report``
+(tables and plots), ``cli`` (the command line of ``benchmarks/paper_tables.py``).
 """

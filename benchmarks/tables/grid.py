@@ -255,10 +255,6 @@ def fit_identity(run: Run, options: Options) -> list[str]:
     ]
 
 
-SIGTERM_CALLBACK = _json({"class_path": "benchmarks.tables.sigterm.CheckpointOnSigterm"})
-"""Added to every fit (its commands run in the repository, so ``benchmarks`` is importable there)."""
-
-
 def fit_command(run: Run, options: Options) -> list[str]:
     identity = fit_identity(run, options)
     return [
@@ -269,7 +265,6 @@ def fit_command(run: Run, options: Options) -> list[str]:
         *identity[:2],
         *data_root_arguments(run.config, options),
         *identity[2:],
-        f"--trainer.callbacks+={SIGTERM_CALLBACK}",
         "--ckpt_path=last",
     ]
 

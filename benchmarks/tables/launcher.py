@@ -203,7 +203,6 @@ def run_grid(
     those still running are killed. SIGTERM or SIGINT to this process stops the same way at once.
     """
     environment = dict(os.environ)
-    environment["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), environment.get("PYTHONPATH")) if p)
     environment.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // parallel)))
     environment.setdefault("WANDB_MODE", "offline")
     launcher = Launcher(environment)

@@ -193,8 +193,8 @@ def _runs_table(records: Sequence[Mapping[str, Any]], config: str) -> list[str]:
         first.setdefault(r["method"], r)
     commands = [shlex.join(["units-lightning", *r["fit_command"][3:]]) for r in first.values() if r["fit_command"]]
     explained = (
-        "Fit commands, one per method (seed k: `--seed_everything=k --data.seed=k`; `paper_tables.py` runs them "
-        "in the repository, with `CheckpointOnSigterm` added):"
+        "Fit commands, one per method (seed k: `--seed_everything=k --data.seed=k`; the "
+        "`paper_tables.CheckpointOnSigterm` of older commands is the `CheckpointOnSigterm` that every fit now has):"
     )
     return [*lines, "", explained, "", "```", *commands, "```"]
 
