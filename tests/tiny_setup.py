@@ -1,6 +1,5 @@
 """Small building blocks shared by the tests (importable because pytest puts tests/ on the path)."""
 
-import importlib
 import json
 import os
 import signal
@@ -30,17 +29,6 @@ TINY_QUICKSTART = [
     "--data.images_per_class=12",
 ]
 SHARED_DATA = Path(os.environ.get("UNITS_LIGHTNING_SHARED_DATA", REPO.parent / "shared" / "data"))
-
-
-def benchmark(name: str):
-    """A script of ``benchmarks/`` as a module. It imports its siblings (``fit``, ``engines``) from its own folder,
-    as when run as a script, so that folder is on ``sys.path`` while it loads, and only then."""
-    folder = str(REPO / "benchmarks")
-    sys.path.insert(0, folder)
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(folder)
 
 
 def tiny_data(sampler, **kwargs) -> SyntheticGlyphsDataModule:

@@ -9,32 +9,20 @@ PAPER_SOURCE = (
 )
 BUDGET_POINTS = (4000, 8000, 10000)
 """Labeled query sets after which the paper reports test accuracy in the label-budget setting."""
-PAPER_BUDGET: dict[str, dict[str, tuple[float, float, float]]] = {
-    "budget_omniglot_5w1s": {
-        "MAML": (73.44, 80.18, 85.56),
-        "Units-NTS": (92.38, 96.13, 96.98),
-        "Units-ML": (95.00, 97.90, 98.23),
-    },
-    "budget_omniglot_5w5s": {
-        "MAML": (92.00, 96.26, 96.38),
-        "Units-NTS": (98.13, 98.43, 98.46),
-        "Units-ML": (98.86, 99.23, 99.16),
-    },
-    "budget_omniglot_20w1s": {
-        "MAML": (65.24, 72.41, 73.91),
-        "Units-NTS": (73.35, 75.88, 83.56),
-        "Units-ML": (79.17, 78.60, 83.45),
-    },
-    "budget_omniglot_20w5s": {
-        "MAML": (86.62, 89.75, 88.26),
-        "Units-NTS": (91.32, 94.05, 95.66),
-        "Units-ML": (93.20, 94.16, 96.61),
-    },
-    "budget_cifarfs_5w5s": {
-        "MAML": (29.72, 30.14, 29.95),
-        "Units-NTS": (53.87, 58.37, 61.30),
-        "Units-ML": (55.88, 60.53, 61.39),
-    },
+BUDGET_METHODS = ("MAML", "Units-NTS", "Units-ML")
+"""The methods of the paper's label-budget tables, in the order of ``PAPER_BUDGET``'s rows."""
+
+
+def _by_method(*rows: tuple[float, float, float]) -> dict[str, tuple[float, float, float]]:
+    return dict(zip(BUDGET_METHODS, rows, strict=True))
+
+
+PAPER_BUDGET: dict[str, dict[str, tuple[float, float, float]]] = {  # MAML, Units-NTS, Units-ML
+    "budget_omniglot_5w1s": _by_method((73.44, 80.18, 85.56), (92.38, 96.13, 96.98), (95.00, 97.90, 98.23)),
+    "budget_omniglot_5w5s": _by_method((92.00, 96.26, 96.38), (98.13, 98.43, 98.46), (98.86, 99.23, 99.16)),
+    "budget_omniglot_20w1s": _by_method((65.24, 72.41, 73.91), (73.35, 75.88, 83.56), (79.17, 78.60, 83.45)),
+    "budget_omniglot_20w5s": _by_method((86.62, 89.75, 88.26), (91.32, 94.05, 95.66), (93.20, 94.16, 96.61)),
+    "budget_cifarfs_5w5s": _by_method((29.72, 30.14, 29.95), (53.87, 58.37, 61.30), (55.88, 60.53, 61.39)),
 }
 """Test accuracy (%) after each of ``BUDGET_POINTS`` labeled query sets, by config and method."""
 PAPER_STANDARD: dict[str, dict[str, float | None]] = {
