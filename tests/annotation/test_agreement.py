@@ -63,7 +63,8 @@ def test_cant_tell_removes_the_query_set_counts_it_and_keeps_the_other_answers(b
 
 def test_a_skipped_label_studio_annotation_is_a_cant_tell_answer():
     export = [{"id": 3, "data": {"image_id": "a.png"}, "annotations": [{"id": 7, "was_cancelled": True, "result": []}]}]
-    assert read_label_studio_export(export, "export.json") == [Answer("a.png", CANT_TELL, "export.json task 3 annotation 7 (skipped)")]
+    skipped = Answer("a.png", CANT_TELL, "export.json task 3 annotation 7 (skipped)")
+    assert read_label_studio_export(export, "export.json") == [skipped]
 
 
 def test_several_annotators_the_majority_or_unanimous_rule_and_the_disputes_to_review(

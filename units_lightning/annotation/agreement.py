@@ -26,8 +26,10 @@ def agreed_label(labels: Sequence[str], rule: str = "majority") -> str | None:
         ValueError: an unknown rule.
 
     Example:
-        >>> agreed_label(["wren", "wren", "robin"]), agreed_label(["wren", "robin"]), agreed_label(["wren"] * 2, "unanimous")
-        ('wren', None, 'wren')
+        >>> agreed_label(["wren", "wren", "robin"]), agreed_label(["wren", "robin"])
+        ('wren', None)
+        >>> agreed_label(["wren", "wren", "robin"], "unanimous"), agreed_label(["wren", "wren"], "unanimous")
+        (None, 'wren')
     """
     if rule not in AGREEMENT_RULES:
         raise ValueError(f"unknown agreement rule {rule!r}: one of {', '.join(AGREEMENT_RULES)}")

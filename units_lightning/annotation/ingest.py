@@ -100,7 +100,9 @@ def check_answers(batch: AnnotationBatch, answers: Sequence[Answer], store: Labe
             )
         given.setdefault(answer.image, []).append(answer)
     if problems:
-        raise IngestError(f"batch {batch.id}: {len(problems)} problem(s); nothing was written:\n  - {_listed(problems)}")
+        raise IngestError(
+            f"batch {batch.id}: {len(problems)} problem(s); nothing was written:\n  - {_listed(problems)}"
+        )
     return given
 
 
@@ -216,7 +218,9 @@ def take_in(
             disputed = [v.image for v in verdicts if v.disputed]
             why = []
             if missing:
-                why.append(f"{len(missing)} image(s) without enough answers ({annotators} wanted): {', '.join(missing)}")
+                why.append(
+                    f"{len(missing)} image(s) without enough answers ({annotators} wanted): {', '.join(missing)}"
+                )
             if disputed:
                 why.append(f"{len(disputed)} disputed: {', '.join(disputed)}")
             problems.append(f"query set of task {query_set.task!r}: {'; '.join(why)}")

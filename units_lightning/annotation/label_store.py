@@ -203,7 +203,12 @@ class LabelStore:
                 "source": b.source,
                 "query_sets": _sets_json(b.query_sets),
                 "removed": [
-                    {"task": s.task, "images": list(s.images), "cant_tell": list(s.cant_tell), "answers": dict(s.answers)}
+                    {
+                        "task": s.task,
+                        "images": list(s.images),
+                        "cant_tell": list(s.cant_tell),
+                        "answers": dict(s.answers),
+                    }
                     for s in b.removed
                 ],
             }

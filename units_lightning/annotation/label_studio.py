@@ -377,7 +377,9 @@ def send_batch(
         created = client.import_tasks(project, tasks)
         expected = sum(len(s.images) for s in batch.query_sets)
         if created != expected:
-            raise LabelStudioError(f"Label Studio project {project} received {created} of the batch's {expected} images")
+            raise LabelStudioError(
+                f"Label Studio project {project} received {created} of the batch's {expected} images"
+            )
         first = batch.query_sets[0].images[0]
         check_image_served(client, tasks[0]["data"][IMAGE_NAME], first.file)
     except LabelStudioError as error:
@@ -385,5 +387,7 @@ def send_batch(
             client.delete_project(project)
         except LabelStudioError as cleanup:
             raise LabelStudioError(f"{error} (and project {project} could not be deleted: {cleanup})") from None
-        raise LabelStudioError(f"{error}. Label Studio project {project} was deleted again; nothing was written") from None
+        raise LabelStudioError(
+            f"{error}. Label Studio project {project} was deleted again; nothing was written"
+        ) from None
     return batch.sent_to({"url": client.url, "project": project})

@@ -185,7 +185,8 @@ def make_server(predictor: Predictor, retrain: Debouncer, host: str = "127.0.0.1
 
         def do_GET(self) -> None:
             if self.path.rstrip("/") in ("/health", ""):
-                return self._answer(200, {"status": "UP", "model_class": "UnitsMAML", "model_version": predictor.version})
+                health = {"status": "UP", "model_class": "UnitsMAML", "model_version": predictor.version}
+                return self._answer(200, health)
             return self._answer(404, {"error": f"no route {self.path}"})
 
         def do_POST(self) -> None:
