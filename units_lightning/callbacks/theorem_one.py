@@ -13,16 +13,16 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.callbacks import Callback
 
 from units_lightning import keys
+from units_lightning.callbacks._epoch_accumulator import EpochAccumulator
 from units_lightning.callbacks._shared import step_values
 from units_lightning.metrics.theorem_one import TheoremOneCheck
 
 __all__ = ["TheoremOneMonitor"]
 
 
-class TheoremOneMonitor(Callback):
+class TheoremOneMonitor(EpochAccumulator):
     """Log the fraction of tasks where Theorem 1 holds (``ib_t >= cb_t / 2``) and its smallest slack, per epoch.
 
     Training tasks are the labeled (chosen) query sets of each step; validation and test tasks are the
@@ -46,17 +46,15 @@ class TheoremOneMonitor(Callback):
         self.atol = atol
         self._checks = {stage: TheoremOneCheck(atol) for stage in keys.STAGES}
 
-    # --- accumulation ---------------------------------------------------------------------------------
-
-    def _reset(self, pl_module: pl.LightningModule, stage: str) -> None:
+    def start(self, pl_module: pl.LightningModule, stage: str) -> None:
         self._checks[stage] = self._checks[stage].to(pl_module.device)  # where the ranks reduce (NCCL: the GPU)
         self._checks[stage].reset()
 
-    def _update(self, stage: str, outputs: Any) -> None:
+    def update(self, stage: str, outputs: Any) -> None:
         values = step_values(outputs, ("incorrect_belief", "dissonance"), type(self).__name__)
         self._checks[stage].update(values["incorrect_belief"], values["dissonance"])
 
-    def _log(self, pl_module: pl.LightningModule, stage: str) -> None:
+    def finish(self, pl_module: pl.LightningModule, stage: str) -> None:
         holds, margin = self._checks[stage].compute()  # every rank: the states are reduced across them
         self._checks[stage].reset()
         if torch.isnan(holds):  # no task on any rank
@@ -66,56 +64,3 @@ class TheoremOneMonitor(Callback):
             on_step=False,
             on_epoch=True,
         )
-
-    # --- hooks ----------------------------------------------------------------------------------------
-
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # A run resumed mid-epoch gets no on_train_epoch_start (Lightning skips it): move the check here too.
-        self._reset(pl_module, keys.TRAIN)
-
-    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._reset(pl_module, keys.TRAIN)
-
-    def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
-        self._update(keys.TRAIN, outputs)
-
-    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._log(pl_module, keys.TRAIN)
-
-    def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._reset(pl_module, keys.VAL)
-
-    def on_validation_batch_end(
-        self,
-        trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        if not trainer.sanity_checking:
-            self._update(keys.VAL, outputs)
-
-    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not trainer.sanity_checking:
-            self._log(pl_module, keys.VAL)
-
-    def on_test_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._reset(pl_module, keys.TEST)
-
-    def on_test_batch_end(
-        self,
-        trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        self._update(keys.TEST, outputs)
-
-    def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._log(pl_module, keys.TEST)

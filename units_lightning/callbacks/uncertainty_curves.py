@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import lightning.pytorch as pl
-from lightning.pytorch.callbacks import Callback
 
 from units_lightning import keys
+from units_lightning.callbacks._epoch_accumulator import EpochAccumulator
 from units_lightning.callbacks._shared import step_values
 from units_lightning.metrics.uncertainty import synced_count
 from units_lightning.metrics.vacuity_threshold import VacuityThresholdAccuracy
@@ -16,7 +16,7 @@ from units_lightning.metrics.vacuity_threshold import VacuityThresholdAccuracy
 __all__ = ["UncertaintyCurves"]
 
 
-class UncertaintyCurves(Callback):
+class UncertaintyCurves(EpochAccumulator):
     """At every validation epoch, log accuracy and coverage of the queries below each vacuity threshold.
 
     A confident model should be more accurate on the queries it is sure about: accuracy should fall as the
@@ -35,6 +35,8 @@ class UncertaintyCurves(Callback):
         thresholds: vacuity thresholds in (0, 1] (default ``keys.CURVE_VACUITY_THRESHOLDS``).
     """
 
+    stages = (keys.VAL,)
+
     def __init__(self, thresholds: Sequence[float] = keys.CURVE_VACUITY_THRESHOLDS):
         values = sorted({float(t) for t in thresholds})
         if not values or not all(0.0 < t <= 1.0 for t in values):
@@ -44,27 +46,15 @@ class UncertaintyCurves(Callback):
         self.thresholds = tuple(values)
         self._curve = VacuityThresholdAccuracy(self.thresholds)
 
-    def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def start(self, pl_module: pl.LightningModule, stage: str) -> None:
         self._curve = self._curve.to(pl_module.device)  # where the ranks reduce (NCCL: the GPU)
         self._curve.reset()
 
-    def on_validation_batch_end(
-        self,
-        trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        if trainer.sanity_checking:
-            return
+    def update(self, stage: str, outputs: Any) -> None:
         values = step_values(outputs, ("vacuity", "correct"), type(self).__name__)
         self._curve.update(values["correct"], values["vacuity"])
 
-    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.sanity_checking:
-            return
+    def finish(self, pl_module: pl.LightningModule, stage: str) -> None:
         if synced_count(self._curve, "total") == 0:  # every rank: the count is summed across them
             return
         accuracy, coverage = self._curve.compute()
