@@ -22,7 +22,10 @@ candidates of one task.
     python benchmarks/labeling_time.py --config configs/budget_omniglot_5w1s.yaml --ckpt run/checkpoints/last.ckpt \
         --data.root <omniglot> --split test --seeds 0 1 2 --device cuda --out labeling_time.json
 
-``--ckpt`` takes one checkpoint per seed (the models of seeds 0, 1, 2), or one for every seed.
+``--ckpt`` takes one checkpoint per seed (the models of seeds 0, 1, 2), or one for every seed. Every round adapts to
+a larger support set, so on a GPU each round's shapes would capture CUDA graphs of their own and keep them: for
+20-way tasks pass ``--model.capture none`` (eager evaluation; 200 tasks of Omniglot 20-way otherwise filled an
+H200's 140 GB).
 """
 
 from __future__ import annotations
@@ -358,6 +361,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             curves[name][seed] = run_arm(model, tasks, sampler, setting, lam, seed)
             shown = " ".join(f"{a:.2f}" for a in curves[name][seed])
             print(f"seed {seed} {name:>10}: {shown}  ({time.perf_counter() - started:.0f} s)", flush=True)
+        del model, data, tasks  # the next seed's model and its CUDA graphs start from free memory
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
     summary = summarise(curves, labels)
     record = {
         "setting": asdict(setting),
