@@ -173,19 +173,15 @@ def charts(thresholds: Iterable[float] = keys.CURVE_VACUITY_THRESHOLDS) -> tuple
             y_label="task uncertainty",
             about="10th, 50th and 90th percentiles of the task uncertainty of chosen and rejected query sets.",
         ),
-        Chart(
-            "Selection",
-            "Task uncertainty of chosen query sets (histograms)",
-            (keys.selection_histogram("chosen"),),
-            kind="histogram",
-            about="The distribution of the chosen sets' task uncertainty in the latest epoch (W&B runs).",
-        ),
-        Chart(
-            "Selection",
-            "Task uncertainty of rejected query sets (histograms)",
-            (keys.selection_histogram("rejected"),),
-            kind="histogram",
-            about="The distribution of the rejected sets' task uncertainty in the latest epoch (W&B runs).",
+        *(
+            Chart(
+                "Selection",
+                f"Task uncertainty of {side} query sets (histograms)",
+                (keys.selection_histogram(side),),
+                kind="histogram",
+                about=f"The distribution of the {side} sets' task uncertainty in the latest epoch (W&B runs).",
+            )
+            for side in sides
         ),
         Chart(
             "Selection",

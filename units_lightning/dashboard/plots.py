@@ -209,22 +209,9 @@ def threshold_curves(runs: Sequence[tuple[str, Mapping[str, Any]]]) -> Any | Non
     for (label, results), colour in zip(runs, _colours(len(runs)), strict=True):
         curve = results["threshold_curve"]
         prefix = f"{label}: " if len(runs) > 1 else ""
-        axes.plot(
-            curve["threshold"],
-            [_nan(a) for a in curve["accuracy"]],
-            "o-",
-            color=colour,
-            markersize=3,
-            label=f"{prefix}accuracy",
-        )
-        axes.plot(
-            curve["threshold"],
-            [_nan(c) for c in curve["coverage"]],
-            "s--",
-            color=colour,
-            markersize=3,
-            label=f"{prefix}coverage (fraction kept)",
-        )
+        for field, style, name in (("accuracy", "o-", "accuracy"), ("coverage", "s--", "coverage (fraction kept)")):
+            values = [_nan(v) for v in curve[field]]
+            axes.plot(curve["threshold"], values, style, color=colour, markersize=3, label=f"{prefix}{name}")
     axes.set_xlim(0.0, 1.02)
     title = "Test accuracy and coverage vs vacuity threshold"
     _finish(
