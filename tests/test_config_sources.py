@@ -3,7 +3,7 @@
 import yaml
 from jsonargparse import Namespace
 
-from units_lightning.config_sources import class_defaults, command_sources, inherited_arguments, reset_inherited
+from units_lightning.cli.config_sources import class_defaults, command_sources, inherited_arguments, reset_inherited
 
 MULTI = "units_lightning.samplers.MultiQuerySampler"
 RANDOM = "units_lightning.samplers.RandomSampler"

@@ -21,6 +21,7 @@ FOUNDATIONS = (
     "units_lightning.atomic",
     "units_lightning.backbones",
     "units_lightning.belief",
+    "units_lightning.csv_history",
     "units_lightning.engines",
     "units_lightning.episode",
     "units_lightning.keys",
@@ -94,7 +95,7 @@ CONTRACTS = (
         tuple(
             f"units_lightning.{p.name.removesuffix('.py')}"
             for p in PACKAGE.iterdir()
-            if p.name not in ("cli.py", "__main__.py", "__init__.py", "__pycache__", "py.typed")
+            if p.name not in ("cli", "__main__.py", "__init__.py", "__pycache__", "py.typed")
         ),
         ("units_lightning.cli", "units_lightning.__main__"),
     ),

@@ -256,7 +256,7 @@ def test_a_run_folder_without_a_log_still_has_its_headline(tmp_path):
 
 
 def test_a_resumed_fit_says_which_steps_its_seconds_trained(tmp_path):
-    from units_lightning.summary import format_summary
+    from units_lightning.cli.console import format_summary
 
     folder = make_run(tmp_path / "runs" / "quickstart")
     summary = json.loads((folder / "summary.json").read_text())

@@ -234,7 +234,7 @@ def _config(tmp_path: Path, ckpt_path: str, logger: str = "WandbLogger") -> "Nam
 
 
 def test_fit_from_a_checkpoint_continues_its_logger_run_and_other_commands_do_not(tmp_path, capsys):
-    from units_lightning.cli import _resolve_ckpt_path
+    from units_lightning.cli.checkpoints import resolve_ckpt_path as _resolve_ckpt_path
 
     checkpoint = tmp_path / "runs" / "units-lightning" / "abc123" / "checkpoints" / "last.ckpt"
     AtomicCheckpointIO().save_checkpoint(
@@ -272,7 +272,7 @@ def test_fit_from_a_checkpoint_continues_its_logger_run_and_other_commands_do_no
 
 
 def test_best_is_the_best_checkpoint_its_run_recorded(tmp_path):
-    from units_lightning.cli import _resolve_ckpt_path
+    from units_lightning.cli.checkpoints import resolve_ckpt_path as _resolve_ckpt_path
 
     folder = tmp_path / "runs" / "units-lightning" / "abc123" / "checkpoints"
     for name in ("step5-acc0.9000.ckpt", "step3-acc0.8000.ckpt"):
@@ -304,7 +304,7 @@ def test_best_is_the_best_checkpoint_its_run_recorded(tmp_path):
 def test_sigterm_exits_with_status_143_and_says_how_to_continue(monkeypatch, capsys):
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-    import units_lightning.cli as cli
+    import units_lightning.cli.dispatch as cli
 
     def stopped_by_sigterm(args):
         raise SIGTERMException()  # what Lightning raises at the step boundary after a SIGTERM (a SystemExit of 0)

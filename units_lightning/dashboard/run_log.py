@@ -1,18 +1,19 @@
 """Read a run's logged rows back from whatever logger wrote them: an offline W&B run, CSV or TensorBoard.
 
-``read_run_log`` reads the log of a run folder (``units_lightning.runs``): ``metrics.csv`` or TensorBoard events
-inside it, or the W&B run of the same id beside it (``<save_dir>/wandb/*-<id>``), every part of it in order (a
-resumed run and a ``test`` of its checkpoint add parts). ``read_log`` reads one log file or folder as given.
+``read_run_log`` reads the log of a run folder (``units_lightning.runs``): ``metrics.csv`` (with the segments a
+resumed fit kept beside it, ``units_lightning.csv_history``) or TensorBoard events inside it, or the W&B run of the
+same id beside it (``<save_dir>/wandb/*-<id>``), every part of it in order (a resumed run and a ``test`` of its
+checkpoint add parts). ``read_log`` reads one log file or folder as given.
 """
 
 from __future__ import annotations
 
-import csv
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from units_lightning.csv_history import METRICS, SEGMENTS, history_files, log_metrics, read_metrics
 from units_lightning.dashboard.wandb_offline import read_history
 
 __all__ = ["RunLog", "find_log", "merge_parts", "read_log", "read_run_log", "wandb_parts"]
@@ -123,13 +124,14 @@ def merge_parts(parts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
 def read_run_log(run_folder: str | Path) -> RunLog | None:
     """The log of a run folder, whichever logger wrote it, or None where it has none (a run without a logger).
 
-    Looks for ``metrics.csv`` (``CSVLogger``) and TensorBoard events in the folder, then for the parts of the W&B
-    run of the same id (see ``wandb_parts`` and ``merge_parts``).
+    Looks for ``metrics.csv`` (``CSVLogger``; with the segments of a resumed run, each step once: see
+    ``units_lightning.csv_history``) and TensorBoard events in the folder, then for the parts of the W&B run of the
+    same id (see ``wandb_parts`` and ``merge_parts``).
     """
     run_folder = Path(run_folder)
-    csv_file = run_folder / "metrics.csv"
-    if csv_file.is_file():
-        return RunLog("csv", csv_file, _read_csv(csv_file))
+    csv_files = history_files(run_folder)  # metrics.csv, and the segments of earlier fits of a resumed run
+    if csv_files:
+        return RunLog("csv", csv_files[-1], _numbers(log_metrics(run_folder)))
     if any(run_folder.glob("events.out.tfevents.*")):
         return RunLog("tensorboard", run_folder, _read_tensorboard(run_folder))  # every event file in it
     parts = wandb_parts(run_folder)
@@ -147,8 +149,8 @@ def _read_wandb(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _number(text: str) -> float | None:
-    if text == "":
+def _number(text: str | None) -> float | None:
+    if not text:  # an empty cell, or none where a row is shorter than the header
         return None
     try:
         return float(text)
@@ -156,12 +158,17 @@ def _number(text: str) -> float | None:
         return None
 
 
+def _numbers(rows: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """CSV rows with their numbers as floats, empty and non-numeric cells left out."""
+    return [{key: value for key, text in row.items() if key and (value := _number(text)) is not None} for row in rows]
+
+
 def _read_csv(path: Path) -> list[dict[str, Any]]:
-    with path.open(newline="") as handle:
-        return [
-            {key: value for key, text in row.items() if key and (value := _number(text)) is not None}
-            for row in csv.DictReader(handle)
-        ]
+    """The rows of a CSV file; for a ``CSVLogger``'s ``metrics.csv``, the whole history of its folder (the segments
+    a resumed fit kept beside it first)."""
+    if path.name == METRICS and (path.parent / SEGMENTS).is_dir():
+        return _numbers(log_metrics(path.parent))
+    return _numbers(read_metrics(path))
 
 
 def _read_tensorboard(path: Path) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ from jsonargparse import Namespace
 from lightning.pytorch.cli import LightningArgumentParser
 
 from units_lightning import errors
-from units_lightning.config_sources import class_defaults
+from units_lightning.cli.config_sources import class_defaults
 
 __all__ = ["LIGHTNING_COMMANDS", "UnitsArgumentParser"]
 

@@ -1,0 +1,159 @@
+"""What ``units-lightning`` prints: the quiet display (one line per validation, Lightning's and W&B's notices
+hidden), and the fit summary with the files written and the commands that come next."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+from jsonargparse import Namespace
+from lightning.pytorch.callbacks.progress import ProgressBar
+from lightning.pytorch.loggers import WandbLogger
+
+from units_lightning.runs import SUMMARY, config_file_name
+
+__all__ = [
+    "PROGRESS_MODES",
+    "format_summary",
+    "is_offline",
+    "quiet",
+    "wants_progress",
+    "where_options",
+    "written_files",
+]
+
+PROGRESS_MODES = ("validation", "steps")
+# Noise for a reader, hidden unless --progress steps: the data is decoded in memory, so loader workers would not
+# help; a deprecation inside Lightning itself; and, for `predict` (no logger, no checkpointing), Lightning's notes
+# that the checkpoint callbacks' folder moved and that a list of batches has no sampler indices.
+_QUIET_WARNINGS = (
+    r".*does not have many workers.*",
+    r".*isinstance.treespec, LeafSpec.*",
+    r".*The dirpath has changed from.*",
+    r".*Couldn't infer the batch indices fetched from your dataloader.*",
+)
+_QUIET_LOGGERS = ("lightning.pytorch", "lightning.fabric")
+# Options that decide where a config's runs are (for the next command `fit` suggests).
+_WHERE_OPTIONS = (
+    "--config",
+    "-c",
+    "--trainer.default_root_dir",
+    "--trainer.logger.save_dir",
+    "--trainer.logger.init_args.save_dir",
+)
+
+
+def quiet(undo: contextlib.ExitStack) -> None:
+    """Hide what a reader of one line per validation does not need: Lightning's notices (GPU/TPU lines, the
+    seed, the model summary, tips), W&B's banner, and warnings that are noise here. ``undo`` restores it all when
+    it closes."""
+    for name in _QUIET_LOGGERS:
+        logger = logging.getLogger(name)
+        level = logger.level
+        logger.setLevel(logging.WARNING)
+        undo.callback(logger.setLevel, level)
+    undo.enter_context(warnings.catch_warnings())
+    for message in _QUIET_WARNINGS:
+        warnings.filterwarnings("ignore", message=message)
+    if "WANDB_SILENT" not in os.environ:
+        os.environ["WANDB_SILENT"] = "true"
+        undo.callback(os.environ.pop, "WANDB_SILENT", None)
+
+
+def wants_progress(config: Namespace) -> bool:
+    """Whether a subcommand's config gets ``ValidationProgress``: the quiet display, a progress bar enabled, and
+    no progress bar of the config's own choosing."""
+    if config.get("progress", "validation") != "validation":
+        return False
+    trainer = config.get("trainer")
+    if trainer is None or trainer.get("enable_progress_bar") is False:
+        return False
+    callbacks = trainer.get("callbacks") or []
+    for callback in callbacks if isinstance(callbacks, list) else [callbacks]:
+        class_path = callback.get("class_path") if isinstance(callback, Namespace) else None
+        with contextlib.suppress(ImportError, AttributeError, ValueError):
+            module, _, name = str(class_path).rpartition(".")
+            if issubclass(getattr(importlib.import_module(module), name), ProgressBar):
+                return False  # the config chose its own display
+    return True
+
+
+def where_options(words: list[str]) -> list[str]:
+    """The options of a command line that say where its runs are: its ``--config`` files and, when given, its
+    ``default_root_dir`` and logger folder (``--ckpt_path best`` looks there)."""
+    found = []
+    for index, word in enumerate(words):
+        option, has_value, value = word.partition("=")
+        if option in _WHERE_OPTIONS:
+            value = value if has_value else (words[index + 1] if index + 1 < len(words) else "")
+            found.append(f"{option} {value}")
+    return found
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """The summary as printed: accuracy with its CI, the four beliefs, labels spent, steps, why it stopped."""
+
+    def pct(x: float | None) -> str:
+        return "n/a" if x is None else f"{100 * x:.2f}%"
+
+    def num(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:.4f}"
+
+    labels = summary["labels"]
+    ci = summary.get("val_accuracy_ci95")
+    accuracy = pct(summary["val_accuracy"]) + (f" +- {100 * ci:.2f}" if ci is not None else "")
+    steps, seconds, start = summary["steps"], f"{summary['wall_time_s']:.1f} s", summary.get("start_step") or 0
+    # a resumed run: the seconds are this command's, for the steps after the checkpoint
+    timing = f"(resumed at step {start}: {steps - start} steps in {seconds})" if start else f"in {seconds}"
+    lines = [
+        "units-lightning fit summary",
+        f"  validation accuracy  {accuracy} (95% CI over the validation tasks; chance "
+        f"{pct(summary['chance_accuracy'])})",
+        f"  vacuity {num(summary['val_vacuity'])} | dissonance {num(summary['val_dissonance'])} | "
+        f"incorrect belief {num(summary['val_incorrect_belief'])} | "
+        f"correct belief {num(summary['val_correct_belief'])}",
+        f"  labels spent         {labels['query_sets']} query sets, {labels['query_images']} query images, "
+        f"{labels['support_images']} support images",
+        f"  steps {steps} {timing}",
+    ]
+    if summary.get("stopped"):
+        lines.append(f"  stopped: {summary['stopped']}")
+    if summary.get("skipped_steps"):
+        lines.append(
+            f"  skipped steps        {summary['skipped_steps']} (non-finite loss or gradients, not applied; their "
+            f"{labels.get('skipped_query_sets', 0)} labeled query sets are counted above)"
+        )
+    if summary.get("collapse_warning"):
+        lines.append(f"  warning: {summary['collapse_warning']}")
+    return "\n".join(lines)
+
+
+def written_files(folder: Path, summary: dict[str, Any], logger: Any, configs: list[str]) -> str:
+    """The files of a finished ``fit``, and what to run next (``configs``: the ``--config`` and root options that
+    find the run again)."""
+    lines = [f"written to {folder}{os.sep}"]
+    for role, path in summary.get("checkpoints", {}).items():
+        why = "best by val/acc: `--ckpt_path best`" if role == "best" else "the newest: `--ckpt_path last` resumes"
+        lines.append(f"  {path:<36} {why}")
+    lines.append(f"  {SUMMARY}, {config_file_name('fit')}")
+    if isinstance(logger, WandbLogger) and logger._experiment is not None:
+        run = logger.experiment
+        if is_offline(run):
+            offline = Path(run.dir).parent
+            lines.append(f"  W&B offline run: {offline} (`wandb sync` uploads it)")
+        elif getattr(run, "url", None):
+            lines.append(f"  W&B run {run.url}")
+    config = " ".join(configs) or "--config <the same config>"
+    lines.append(f"next: units-lightning test {config} --ckpt_path best")
+    lines.append(f"      units-lightning report {folder}")
+    return "\n".join(lines)
+
+
+def is_offline(run: Any) -> bool:
+    """Whether a W&B run writes only to disk (``WandbLogger(offline=True)`` gives mode ``dryrun``)."""
+    return bool(getattr(run, "offline", False)) or getattr(run.settings, "mode", None) in ("offline", "dryrun")
