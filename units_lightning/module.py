@@ -3,52 +3,34 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
 from functools import partial
 from typing import Any, Literal
 
-import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor, nn
 
 from units_lightning import keys
 from units_lightning.backbones import ConvNet
-from units_lightning.belief import (
-    TaskBeliefs,
-    belief,
-    dissonance,
-    expected_probability,
-    query_beliefs,
-    task_beliefs,
-    task_uncertainty,
-    vacuity,
-)
+from units_lightning.belief import TaskBeliefs, query_beliefs, task_beliefs, task_uncertainty
 from units_lightning.callbacks._shared import logging_step
 from units_lightning.callbacks.label_budget import LabelBudget
 from units_lightning.callbacks.non_finite import NonFiniteGuard
 from units_lightning.callbacks.results_writer import ResultsWriter
 from units_lightning.callbacks.sigterm import CheckpointOnSigterm
-from units_lightning.engines import (
-    CapturedStep,
-    EngineFactory,
-    EngineName,
-    EnsembleEngine,
-    InnerLRMode,
-    adapt_and_predict_sets,
-    build_engine,
-)
-from units_lightning.engines.captured_step import COMPILE_MIN_STEPS, MetaStep, auto_capture
+from units_lightning.engines import EngineFactory, EngineName, InnerLRMode, build_engine
+from units_lightning.engines.captured_step import COMPILE_MIN_STEPS, CapturedStep, MetaStep, auto_capture
 from units_lightning.episode import TaskBatch
 from units_lightning.evaluation.checkpoints import check_shapes
-from units_lightning.evaluation.ensemble import CheckpointEnsemble, load_engines
+from units_lightning.evaluation.ensemble import CheckpointEnsemble
 from units_lightning.evaluation.probes import ShiftProbes
 from units_lightning.evaluation.shifts import QueryShift, default_shifts
+from units_lightning.evaluation.steps import EpisodicEvaluation
 from units_lightning.ledger import LabelLedger
 from units_lightning.losses import EvidentialLoss, MetaLoss, ScheduledInnerLoss
 from units_lightning.metrics import UncertaintyMetrics
 from units_lightning.metrics.running_means import RunningMeans
-from units_lightning.outputs import EvalStepOutput, PredictStepOutput, TestStepOutput, TrainStepOutput
+from units_lightning.outputs import TrainStepOutput
 from units_lightning.samplers import TaskSampler
 from units_lightning.schedules import LinearAnneal, LinearWarmup, Schedule
 
@@ -81,14 +63,14 @@ def training_values(
     return values
 
 
-class UnitsMAML(pl.LightningModule):
+class UnitsMAML(EpisodicEvaluation):
     """Model-agnostic meta-learning with evidential beliefs and uncertainty-aware task selection.
 
     Each training step follows the paper's Algorithm 1: adapt to every support set, score every
     candidate query set by its task uncertainty ``lambda * vacuity + (1 - lambda) * dissonance`` (no
     labels, no gradients), let the task sampler choose, reveal the labels of the chosen query sets
-    only, and meta-update on their loss. Validation and test adapt with gradients enabled whatever the
-    trainer's inference mode.
+    only, and meta-update on their loss. Validation, test and predict adapt with gradients enabled whatever the
+    trainer's inference mode (``EpisodicEvaluation``).
 
     With ``CrossEntropyLoss`` and ``RandomSampler`` this is plain MAML; with ``EvidentialLoss`` and
     ``RandomSampler`` it is Units-NTS; with ``MultiQuerySampler`` it is Units-ML.
@@ -209,7 +191,7 @@ class UnitsMAML(pl.LightningModule):
         self.val_metrics, self.test_metrics = metrics, copy.deepcopy(metrics)
         self.probes = ShiftProbes(default_shifts() if query_shifts is None else query_shifts)
         self.ensemble = ensemble
-        self.ensemble_engine: EnsembleEngine | None = None  # not a submodule: members are not this model's state
+        self.ensemble_engine = None  # loaded by setup outside fit (``load_ensemble``)
         self.ensemble_ranking: list[Any] = []
         self.test_results: dict[str, Any] | None = None
         self.captured_step = CapturedStep(self.engine, reads=(self.inner_loss,))  # on CUDA: replays training steps
@@ -246,13 +228,6 @@ class UnitsMAML(pl.LightningModule):
         has_writer = trainer is not None and any(isinstance(c, ResultsWriter) for c in trainer.callbacks)
         writer = [] if has_writer else [ResultsWriter()]
         return [NonFiniteGuard(self.non_finite), CheckpointOnSigterm(), *writer, LabelBudget()]
-
-    @property
-    def schedule_epoch(self) -> float:
-        """The epoch count E the schedules see (from 0)."""
-        if self.schedule_steps_per_epoch:
-            return self.global_step / self.schedule_steps_per_epoch
-        return float(self.current_epoch)
 
     # --- Algorithm 1 ----------------------------------------------------------------------------------
 
@@ -338,124 +313,6 @@ class UnitsMAML(pl.LightningModule):
         """``capture="auto"`` on CUDA: compile a long single-GPU run (``CapturedStep.resolve_auto``)."""
         self.captured_step.resolve_auto(self.trainer, self.device)
 
-    # --- evaluation: one path (adapt, predict the query sets) for validate, test and predict --------------
-
-    def validation_step(self, batch: TaskBatch, batch_idx: int) -> EvalStepOutput:
-        return self._evaluate(batch, "val")[0]
-
-    def test_step(self, batch: TaskBatch, batch_idx: int) -> TestStepOutput:
-        """Evaluate the test tasks and, from the same adapted models, every out-of-distribution probe."""
-        seed = int(getattr(getattr(self.trainer, "datamodule", None), "seed", 0))
-        outputs, shifted_logits = self._evaluate(
-            batch, "test", self.probes.queries(batch.query_x[:, 0], seed, batch_idx)
-        )
-        shifted = self.probes.update(
-            outputs["vacuity"], outputs["logits"], outputs["labels"], shifted_logits, self.loss.evidence
-        )
-        return TestStepOutput(**outputs, shifted=shifted)
-
-    def predict_step(self, batch: TaskBatch, batch_idx: int) -> PredictStepOutput:
-        """Adapt to each task's support set and describe every query of its first query set, without labels."""
-        logits = self.adapt_and_predict(batch.support_x, batch.support_y, batch.query_x[:, 0])
-        evidence = self.loss.evidence(logits)
-        return PredictStepOutput(
-            prediction=logits.argmax(-1),
-            probability=expected_probability(evidence),
-            vacuity=vacuity(evidence),
-            dissonance=dissonance(belief(evidence)),
-            classes=batch.classes,
-        )
-
-    def on_validation_epoch_end(self) -> None:
-        if self.val_metrics.num_tasks() > 0:
-            self._log_epoch(keys.VAL, self.val_metrics.scalars(self.val_metrics.compute()))
-        self.val_metrics.reset()
-
-    def on_test_epoch_end(self) -> None:
-        """Compute the test results into ``test_results`` (``ResultsWriter`` writes them) and log their numbers."""
-        if self.test_metrics.num_tasks() == 0:
-            return
-        results = self.test_metrics.compute()
-        results["ood"] = self.probes.compute()
-        if self.ensemble_engine is not None:
-            results["ensemble"] = [
-                {"path": str(m.path), "score": m.score, "step": m.step} for m in self.ensemble_ranking
-            ]
-        self.test_results = results
-        self._log_epoch(keys.TEST, self.test_metrics.scalars(results))
-        self.log_dict(self.probes.scalars(results["ood"]))
-        self.test_metrics.reset()
-        self.probes.reset()
-
-    def load_ensemble(self) -> None:
-        """Load the members of ``ensemble`` (copies of this model's engine with each checkpoint's weights)."""
-        ranked = self.ensemble.rank()
-        self.ensemble_ranking = [member for member, _ in ranked]
-        checkpoints, sources = [checkpoint for _, checkpoint in ranked], [str(member.path) for member, _ in ranked]
-        self.ensemble_engine = EnsembleEngine(load_engines(self.engine, checkpoints, sources=sources))
-
-    def adapt_and_predict(self, support_x: Tensor, support_y: Tensor, query_x: Tensor) -> Tensor:
-        """Adapt to each support set ((T, S, C, H, W), (T, S)) and return the (T, M, N) logits of its query set."""
-        return self.adapt_and_predict_sets(support_x, support_y, [query_x])[0]
-
-    def adapt_and_predict_sets(
-        self, support_x: Tensor, support_y: Tensor, query_sets: Sequence[Tensor]
-    ) -> list[Tensor]:
-        """Adapt once to each support set ((T, S, C, H, W), (T, S)), then predict several query sets of each task
-        ((T, M_i, C, H, W) each), gradients on in any mode, with the ensemble's engine when one is loaded, else this
-        model's; one detached (T, M_i, N) logits tensor per set (``engines.adapt_and_predict_sets``)."""
-        engine = self.engine if self.ensemble_engine is None else self.ensemble_engine.to(self.device)
-        with torch.inference_mode(False), torch.enable_grad():
-            self.inner_loss.set_eta(self.eta(self.schedule_epoch))
-            # Tensors made under inference mode cannot enter autograd: copy them out of it.
-            support_x, support_y = support_x.clone(), support_y.clone()
-            return adapt_and_predict_sets(
-                engine, support_x, support_y, query_sets, self.inner_loss, self.eval_inner_steps
-            )
-
-    def _evaluate(
-        self, batch: TaskBatch, stage: str, extra_queries: Sequence[Tensor] = ()
-    ) -> tuple[EvalStepOutput, list[Tensor]]:
-        """Adapt, predict the first query set of each task (and ``extra_queries``), log, update the metrics.
-
-        Returns:
-            the step outputs of the first query sets, and the logits of ``extra_queries``.
-        """
-        logits, *extra_logits = self.adapt_and_predict_sets(
-            batch.support_x, batch.support_y, [batch.query_x[:, 0], *extra_queries]
-        )
-        labels = LabelLedger.evaluation_labels(batch)[:, 0]
-        loss = self.loss(logits, labels, self.eta(self.schedule_epoch))
-        evidence = self.loss.evidence(logits)
-        queries = query_beliefs(evidence, labels)
-        correct = logits.argmax(-1) == labels
-        outputs = EvalStepOutput(
-            loss=loss,
-            logits=logits,
-            probability=expected_probability(evidence),
-            labels=labels,
-            vacuity=queries.vacuity,
-            dissonance=queries.dissonance,
-            incorrect_belief=queries.incorrect,
-            correct_belief=queries.correct,
-            correct=correct,
-        )
-        # Accuracy and beliefs reach the log from the epoch's metrics (``_log_epoch``): a ``self.log`` costs Lightning
-        # about a millisecond of host time. A float batch size: Lightning 2.6 averages an integer count over processes
-        # and floors it, which inflates the mean when processes evaluate unequal numbers of tasks (#21859).
-        self.log(
-            keys.stage_key(stage, keys.LOSS), loss, batch_size=float(batch.num_tasks), on_epoch=True, sync_dist=True
-        )
-        (self.val_metrics if stage == "val" else self.test_metrics).update(outputs)
-        return outputs, extra_logits
-
-    def _log_epoch(self, stage: str, scalars: dict[str, float]) -> None:
-        """Log an evaluation epoch's numbers (``UncertaintyMetrics.scalars``, means over every process's tasks) under
-        ``<stage>/``, the accuracy also on the progress bar."""
-        named = {keys.stage_key(stage, k): v for k, v in scalars.items()}
-        self.log(keys.stage_key(stage, keys.ACC), named.pop(keys.stage_key(stage, keys.ACC)), prog_bar=True)
-        self.log_dict(named)
-
     # --- logging and checkpoints ----------------------------------------------------------------------
 
     def _log_training(self, values: dict[str, Tensor], num_chosen: int) -> None:
@@ -476,6 +333,7 @@ class UnitsMAML(pl.LightningModule):
         self.train_means.reset()
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # The module's hooks, not LabelBudget's: they run at every save (weights-only too) and every load.
         checkpoint["label_ledger"] = self.ledger.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:

@@ -60,18 +60,18 @@ class BatchedEngine(nn.Module):
             on a GPU, ``tests/engines/test_captured_step.py``; on CUDA ``UnitsMAML`` replays the whole step, compiled
             kernels included, as a CUDA graph; where compiling fails, the engine warns once and goes on as
             "cuda_graph"). Evaluation (the engine in eval mode) runs uncompiled under every capture, as CUDA graphs
-            on CUDA: compiling its first-order loop cost 88 s at the first validation of Omniglot 20w1s on an H200
-            and saved 0.13 s a validation, 13 s over its 100 validations (docs/PERFORMANCE.md).
+            on CUDA: compiling its first-order loop costs far more than it saves over a run's validations
+            (docs/PERFORMANCE.md).
         vectorize: "auto" (vectorise over tasks on CUDA, loop over them on CPU, where ``vmap``'s grouped
             convolutions are slower; under ``capture="compile"`` vectorise everywhere), True or False. The loop
             cannot be compiled: its second-order gradients come from ``torch.autograd.grad(create_graph=True)``,
             a double backward that ``torch.compile`` does not support, so "compile" refuses False.
         compile_scoring: compile the scoring of candidate query sets (training, no gradient) with
             ``torch.compile``: "auto" (on CUDA where ``capture`` is, or has been resolved to, "compile": a long
-            run; a short one, such as a label-budget run, is over before the 8-36 s of compiling pay back), True
-            or False. It is a forward pass only, whose batch norm, activation and pooling fuse into a few kernels
-            (twice as fast on large query sets). If compiling fails (no Triton or C++ compiler), scoring runs
-            eagerly after one warning.
+            run; a short one, such as a label-budget run, is over before its compiling pays back), True or False.
+            It is a forward pass only, whose batch norm, activation and pooling fuse into a few kernels (it pays on
+            large query sets). If compiling fails (no Triton or C++ compiler), scoring runs eagerly after one
+            warning.
     """
 
     def __init__(
@@ -132,7 +132,7 @@ class BatchedEngine(nn.Module):
         """``torch.compile(function)`` for the engine in train mode, falling back for good to CUDA graphs of the
         uncompiled function (after one warning) where compiling fails: no Triton or C++ compiler, or an operation the
         compiler rejects. In eval mode (validation, test, predict) ``function`` runs uncompiled: compiling the
-        first-order evaluation loop cost 88 s at the first 20-way validation to save 0.13 s a validation."""
+        first-order evaluation loop costs more than it saves (docs/PERFORMANCE.md)."""
         compiled = torch.compile(function)
 
         def run(*args: Any) -> Any:  # after a failure ``use_capture`` binds the uncompiled functions in its place
@@ -186,7 +186,7 @@ class BatchedEngine(nn.Module):
 
     def _use_graphs(self, support_x: Tensor) -> bool:
         # Under DDP too: its gradient hooks fire on the parameters' accumulators, which the replay feeds as eager
-        # backward does (2 H200s: 297 tasks/s with graphs against 79 eager, docs/SCALING.md).
+        # backward does (docs/SCALING.md has the measurements).
         if self._graphed is None or self._graphs_suspended:
             return False
         return self.training and support_x.is_cuda and torch.is_grad_enabled()
@@ -211,7 +211,7 @@ class BatchedEngine(nn.Module):
         """Adapt to each support set (first order) and return the detached (T, Q, M, N) logits of its query sets.
 
         On CUDA with any ``capture`` but "none" both run as one CUDA graph per input shape (validation and test are
-        otherwise bound by the host: about 1,400 kernels per batch of 20 Omniglot tasks), uncompiled under
+        otherwise bound by the host: over a thousand small kernels per batch), uncompiled under
         "compile" too when the engine is in eval mode (validation, test, predict).
         """
 

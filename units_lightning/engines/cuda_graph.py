@@ -1,8 +1,8 @@
 """CUDA graphs for the batched engine: the same kernels as eager, replayed without the CPU overhead.
 
 Three users share one mechanism (``GraphedCalls``): the inner loop of a training step (``GraphedInnerLoop``), the
-whole forward pass of a training step (``UnitsMAML``: inner loop, scoring, selection, query loss; captured with its
-backward pass) and evaluation (``GraphedInference``: adaptation and prediction, no backward pass).
+whole forward pass of a training step (``captured_step.CapturedStep``: inner loop, scoring, selection, query loss;
+captured with its backward pass) and evaluation (``GraphedInference``: adaptation and prediction, no backward pass).
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ class InnerLearningRates(nn.Module):
 
     def per_step(self, steps: int) -> list[dict[str, float | Tensor]]:
         """The rates of ``steps`` inner steps, ``[step][name]``, equal to ``self(name, step)``; learned per-step rates
-        split once (``split_steps``: about 150 fewer kernels in the meta-gradient of a 5-step loop)."""
+        split once (``split_steps``: fewer kernels in the meta-gradient than a split per step)."""
         if self.mode != "per_layer_per_step":
             return [{name: self(name, step) for name in self.names} for step in range(steps)]
         return split_steps({name: self.rates[_key(name)] for name in self.names}, steps)
