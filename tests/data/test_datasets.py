@@ -16,7 +16,7 @@ from image_fakes import write_image, write_split_layout
 from units_lightning.data import CIFARFSDataModule, FewShotImageFolderDataModule, MiniImageNetDataModule, TensorImages
 from units_lightning.data.datasets.cifarfs import CIFARFS_CLASSES, load_cifarfs
 from units_lightning.data.datasets.image_folder import split_by_lists, split_by_ratios
-from units_lightning.data.datasets.miniimagenet import load_miniimagenet
+from units_lightning.data.datasets.miniimagenet import IMAGENET_MEAN, IMAGENET_STD, load_miniimagenet
 from units_lightning.samplers import RandomSampler
 
 # ---------------------------------------------------------------- normalisation
@@ -175,6 +175,15 @@ def test_missing_miniimagenet_says_where_to_get_it(tmp_path):
         load_miniimagenet(tmp_path, "val")
     message = str(error.value)
     assert "mini-imagenet-cache-validation.pkl" in message and "train.csv" in message and "--data.download" in message
+
+
+def test_cifarfs_and_miniimagenet_data_modules_keep_their_defaults_and_options():
+    cifar, mini = CIFARFSDataModule(), MiniImageNetDataModule()
+    assert (str(cifar.root), cifar.image_shape, cifar.mean, cifar.std) == ("data/cifarfs", (3, 32, 32), None, None)
+    assert (str(mini.root), mini.image_shape) == ("data/miniimagenet", (3, 84, 84))
+    assert (mini.mean, mini.std) == (IMAGENET_MEAN, IMAGENET_STD)  # the authors' normalisation
+    data = CIFARFSDataModule(root="cifar", download=True, cache_dir="cache", image_size=16, mean=(0.5,) * 3, std=None)
+    assert (data.download, data.cache_dir, data.image_shape, data.mean) == (True, "cache", (3, 16, 16), (0.5,) * 3)
 
 
 # ---------------------------------------------------------------- users' own folders
