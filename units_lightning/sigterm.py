@@ -1,4 +1,5 @@
-"""Lightning's SIGTERM check under data-parallel training, at the logging steps instead of at every step."""
+"""Lightning's SIGTERM check under data-parallel training, at the logging steps instead of at every step
+(``callbacks.CheckpointOnSigterm`` applies it when every fit starts)."""
 
 from __future__ import annotations
 
