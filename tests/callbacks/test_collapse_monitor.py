@@ -1,4 +1,5 @@
-"""``CollapseMonitor``: a warning when accuracy stays at chance with vacuity near 0 or 1, and not otherwise."""
+"""``CollapseMonitor``: a warning when accuracy stays at chance with vacuity near 0 or 1, and not otherwise, with the
+diagnosis of what to change (kept for the fit summary). ``tests/test_evidence_freeze.py`` trains into the freeze."""
 
 import warnings
 from types import SimpleNamespace
@@ -9,6 +10,8 @@ import torch
 from tiny_setup import tiny_data, tiny_model, tiny_trainer
 
 from units_lightning.callbacks import CollapseMonitor, TrainingCollapseWarning
+from units_lightning.callbacks.collapse_monitor import collapse_diagnosis
+from units_lightning.losses import CrossEntropyLoss, EvidentialLoss
 from units_lightning.samplers import MultiQuerySampler
 
 
@@ -28,15 +31,18 @@ def test_a_diverged_run_gets_a_warning_naming_the_steps_and_the_causes(tmp_path)
     assert message == monitor.warning
     assert message.startswith("training looks collapsed at step 9: over the 5 steps 5-9 the labeled queries were ")
     assert "(chance 20.00%) with mean vacuity 0.0000 (evidence saturated" in message
-    for cause in ("model.lr", "model.inner_lr", "eta", "collapse.window (now 5)"):
+    assert monitor.diagnosis.startswith("the meta-update diverged") and f"Diagnosis: {monitor.diagnosis}." in message
+    for cause in ("model.lr", "model.inner_lr", "collapse.window (now 5)"):
         assert cause in message
+    assert "vacuity_weight" not in message  # the freeze's remedies are not this collapse's
 
 
 def test_a_healthy_run_at_chance_with_ordinary_vacuity_gets_none(tmp_path):
     # The tiny model stays near chance for its first steps, but its evidence is not saturated.
     with warnings.catch_warnings():
         warnings.simplefilter("error", TrainingCollapseWarning)
-        assert fit(tmp_path, lr=5e-3).warning is None
+        monitor = fit(tmp_path, lr=5e-3)
+    assert monitor.warning is None and monitor.diagnosis is None
 
 
 def outputs(accuracy, vacuity, queries=10):
@@ -44,8 +50,8 @@ def outputs(accuracy, vacuity, queries=10):
     return {"correct": correct.reshape(2, -1), "vacuity": torch.full((2, queries // 2), vacuity), "eta": 2.0}
 
 
-def feed(monitor, steps, n_way=5):
-    trainer, module = SimpleNamespace(global_step=0), SimpleNamespace(n_way=n_way)
+def feed(monitor, steps, n_way=5, loss=None):
+    trainer, module = SimpleNamespace(global_step=0), SimpleNamespace(n_way=n_way, loss=loss)
     for values in steps:
         trainer.global_step += 1
         monitor.on_train_batch_end(trainer, module, values, None, 0)
@@ -56,9 +62,57 @@ def test_vacuity_near_one_is_a_collapse_too_and_non_finite_steps_are_left_out():
     with pytest.warns(
         TrainingCollapseWarning,
         match=r"step 3: over the 4 steps 0-3 .* 20.00% .* mean vacuity 0.9950 "
-        r"\(no evidence: every query is vacuous\).*eta, 2 at this step",
+        r"\(no evidence: every query is vacuous\)\. Diagnosis: zero-evidence learning freeze .*"
+        r"a smaller eta \(model.eta, 2 at these steps",
     ):
         feed(monitor, [outputs(0.2, 0.995), outputs(0.2, 0.995), outputs(0.9, float("nan")), outputs(0.2, 0.995)])
+
+
+@pytest.mark.parametrize(
+    "loss,named,not_named",
+    [
+        (
+            EvidentialLoss(activation="relu"),
+            ["vacuity_weight, now 0; 1.0 as the authors' code", "ib_reduction, now 'sum'", "n_way = 5", "activation, now 'relu'"],
+            [],
+        ),
+        (
+            EvidentialLoss(ib_reduction="mean", vacuity_weight=0.5),
+            ["a larger vacuity regulariser weight (model.loss.vacuity_weight, now 0.5)"],
+            ["ib_reduction", "activation"],
+        ),
+        (CrossEntropyLoss(), ["a smaller eta"], ["vacuity_weight", "ib_reduction", "activation"]),
+    ],
+    ids=["relu-sum-off", "softplus-mean-on", "cross-entropy"],
+)
+def test_a_freeze_names_the_loss_options_the_run_does_not_use_yet(loss, named, not_named):
+    monitor = CollapseMonitor(window=3)
+    with pytest.warns(TrainingCollapseWarning):
+        feed(monitor, [outputs(0.2, 1.0)] * 3, loss=loss)
+    assert monitor.diagnosis == collapse_diagnosis(True, loss, 2.0, 5)
+    assert monitor.diagnosis.startswith("zero-evidence learning freeze (Pandey & Yu, ICML 2023")
+    assert f"Diagnosis: {monitor.diagnosis}." in monitor.warning
+    assert "a smaller eta (model.eta, 2 at these steps; lower its peak)" in monitor.diagnosis
+    for option in named:
+        assert option in monitor.diagnosis
+    for option in not_named:
+        assert option not in monitor.diagnosis
+
+
+def test_the_diagnosis_is_printed_once_when_the_fit_ends_and_cleared_when_a_fit_starts(caplog):
+    monitor = CollapseMonitor(window=2)
+    with pytest.warns(TrainingCollapseWarning):
+        feed(monitor, [outputs(0.2, 1.0)] * 2, loss=EvidentialLoss())
+    with caplog.at_level("INFO"):
+        monitor.on_fit_end(SimpleNamespace(), SimpleNamespace())
+    (record,) = [r for r in caplog.records if "CollapseMonitor" in r.getMessage()]
+    assert record.getMessage() == f"CollapseMonitor: training collapsed; {monitor.diagnosis}"
+    monitor.on_train_start(SimpleNamespace(), SimpleNamespace())
+    assert monitor.warning is None and monitor.diagnosis is None
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        monitor.on_fit_end(SimpleNamespace(), SimpleNamespace())
+    assert not [r for r in caplog.records if "CollapseMonitor" in r.getMessage()]
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""``CollapseMonitor``: warn when training sits at chance with its evidence saturated (or gone)."""
+"""``CollapseMonitor``: warn when training sits at chance with its evidence saturated (or gone), and say which
+option gets it out (``collapse_diagnosis``)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,74 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities.rank_zero import rank_zero_warn
+from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
 from units_lightning.callbacks._shared import step_values
+from units_lightning.losses import EvidentialLoss
 
-__all__ = ["CollapseMonitor", "TrainingCollapseWarning"]
+__all__ = ["CollapseMonitor", "TrainingCollapseWarning", "collapse_diagnosis"]
 
 
 class TrainingCollapseWarning(UserWarning):
     """Training accuracy stayed at chance while vacuity stayed near 0 or 1 (``CollapseMonitor``)."""
+
+
+def collapse_diagnosis(frozen: bool, loss: Any, eta: float, n_way: int) -> str:
+    """What a collapsed run should change, from the state it collapsed into and the loss it trains with.
+
+    ``frozen`` (vacuity near 1 at chance) is the zero-evidence learning freeze of Pandey & Yu (ICML 2023): queries
+    without evidence get no gradient (ReLU evidence) or a vanishing one (softplus), so the run does not leave it by
+    itself. The remedies named are those of ``EvidentialLoss`` that the run does not use yet: the vacuity
+    regulariser (``vacuity_weight``), a smaller eta, the "mean" reduction of the incorrect-belief term (eta's
+    weight divided by ``n_way``) and softplus instead of ReLU evidence. Otherwise (evidence saturated at chance)
+    the meta-update diverged and the learning rates are named.
+
+    Args:
+        frozen: vacuity near 1 (True) or near 0 (False).
+        loss: the model's loss (``UnitsMAML.loss``); options of an ``EvidentialLoss`` are read, any other gets the
+            generic remedies.
+        eta: the eta of the collapsed steps.
+        n_way: classes per task.
+
+    Returns:
+        One sentence: the state, then the options that fix it, each with its current value.
+
+    Example:
+        >>> text = collapse_diagnosis(True, EvidentialLoss(), 2.0, 5)  # softplus: its activation is not named
+        >>> [option in text for option in ("vacuity_weight, now 0", "ib_reduction, now 'sum'", "activation")]
+        [True, True, False]
+    """
+    if not frozen:
+        return (
+            "the meta-update diverged (every query claims certainty): lower model.lr (the outer Adam rate) or "
+            "model.inner_lr (the inner loop's)"
+        )
+    remedies = []
+    if isinstance(loss, EvidentialLoss):
+        weight = loss.vacuity_weight
+        remedies.append(
+            "the vacuity regulariser, which gives zero-evidence queries a gradient towards their label "
+            "(model.loss.vacuity_weight, now 0; 1.0 as the authors' code, more against a large eta)"
+            if weight == 0
+            else f"a larger vacuity regulariser weight (model.loss.vacuity_weight, now {weight:g})"
+        )
+    remedies.append(f"a smaller eta (model.eta, {eta:.3g} at these steps; lower its peak)")
+    if isinstance(loss, EvidentialLoss):
+        if loss.ib_reduction == "sum":
+            remedies.append(
+                f"the 'mean' reduction of the incorrect-belief term (model.loss.ib_reduction, now 'sum'; 'mean' "
+                f"divides eta's weight by n_way = {n_way}, as the authors' code)"
+            )
+        if loss.activation == "relu":
+            remedies.append(
+                "softplus evidence (model.loss.activation, now 'relu', whose evidence has no gradient at negative "
+                "logits)"
+            )
+    return (
+        "zero-evidence learning freeze (Pandey & Yu, ICML 2023: queries without evidence get no gradient, so "
+        "training does not leave it by itself); options that fix it: " + "; ".join(remedies)
+    )
 
 
 class CollapseMonitor(Callback):
@@ -24,10 +83,15 @@ class CollapseMonitor(Callback):
     are classified at chance (within ``chance_margin`` of ``1 / n_way``) while their mean vacuity stays near 0
     (within ``vacuity_margin``: evidence saturated, every query claims certainty) or near 1 (no evidence at all).
 
-    A diverged meta-update looks like this and its loss stays finite, so nothing else stops it: the quick start
-    with ``model.lr`` 1e6 trains 300 steps to 19.8% (chance 20%) with vacuity 0.0000. The warning
-    (``TrainingCollapseWarning``) names the window's steps, the accuracy and vacuity, and the likely causes:
-    learning rates (``model.lr``, ``model.inner_lr``) too high or the incorrect-belief regulariser (eta) too strong.
+    Both states keep a finite loss, so nothing else stops them. Saturated evidence is a diverged meta-update: the
+    quick start with ``model.lr`` 1e6 trains 300 steps to 19.8% (chance 20%) with vacuity 0.0000. No evidence is
+    the zero-evidence learning freeze (Pandey & Yu, ICML 2023; ``EvidentialLoss``): too strong an incorrect-belief
+    term (eta) drives every logit down until no query has evidence left to learn from. The warning
+    (``TrainingCollapseWarning``) names the window's steps, the accuracy and vacuity, and the diagnosis
+    (``collapse_diagnosis``): for a freeze, the options of the model's ``EvidentialLoss`` that get out of it (the
+    vacuity regulariser, a smaller eta, the "mean" reduction, softplus evidence) with their current values; for
+    saturation, the learning rates. The diagnosis is kept in ``diagnosis`` for the fit summary and printed again
+    when the fit ends, after the progress output that may have buried the warning.
 
     Reads ``correct``, ``vacuity`` and ``eta`` of ``UnitsMAML``'s training step outputs (``TrainStepOutput``) and
     sums them on their device: the sums are read back once per window, not at every step. Steps whose values are
@@ -43,6 +107,8 @@ class CollapseMonitor(Callback):
 
     Attributes:
         warning: the message, once warned (the fit summary repeats it); None before.
+        diagnosis: the options that fix the collapse (``collapse_diagnosis``), once warned; None before. The fit
+            summary reads it from the trainer's ``CollapseMonitor``.
     """
 
     def __init__(
@@ -58,12 +124,13 @@ class CollapseMonitor(Callback):
             raise ValueError(f"n_way must be >= 2, got {n_way}")
         self.window, self.chance_margin, self.vacuity_margin, self.n_way = window, chance_margin, vacuity_margin, n_way
         self.warning: str | None = None
+        self.diagnosis: str | None = None
         self._sums: Tensor | None = None  # correct queries, vacuity sum, queries: over the window's finite steps
         self._steps = 0
         self._first_step = 0
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.warning, self._sums, self._steps = None, None, 0
+        self.warning, self.diagnosis, self._sums, self._steps = None, None, None, 0
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -96,12 +163,15 @@ class CollapseMonitor(Callback):
             "evidence saturated: every query claims certainty" if saturated else "no evidence: every query is vacuous"
         )
         eta = float(values["eta"])
+        self.diagnosis = collapse_diagnosis(not saturated, getattr(pl_module, "loss", None), eta, n_way)
         self.warning = (
             f"training looks collapsed at step {last}: over the {self.window} steps {self._first_step}-{last} the "
             f"labeled queries were classified at {accuracy:.2%} (chance {chance:.2%}) with mean vacuity "
-            f"{mean_vacuity:.4f} ({state}). Likely causes: a learning rate too high (model.lr, the outer Adam rate; "
-            f"model.inner_lr, the inner loop's) or too strong an incorrect-belief regulariser (eta, {eta:.3g} at "
-            f"this step: the peak of model.eta). Lower them and train again; collapse.window (now {self.window}) "
-            "sets how many steps this check waits"
+            f"{mean_vacuity:.4f} ({state}). Diagnosis: {self.diagnosis}. Change it and train again; "
+            f"collapse.window (now {self.window}) sets how many steps this check waits"
         )
         rank_zero_warn(self.warning, category=TrainingCollapseWarning)
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.diagnosis is not None:
+            rank_zero_info(f"CollapseMonitor: training collapsed; {self.diagnosis}")
