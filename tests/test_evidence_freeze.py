@@ -15,8 +15,10 @@ import pytest
 import torch
 from tiny_setup import tiny_data, tiny_model, tiny_trainer
 
+from units_lightning.backbones import ConvNet
 from units_lightning.belief import vacuity
 from units_lightning.callbacks import CollapseMonitor, TrainingCollapseWarning
+from units_lightning.engines import BatchedEngine, Learn2LearnEngine
 from units_lightning.losses import EvidentialLoss
 from units_lightning.samplers import RandomSampler
 from units_lightning.schedules import Constant
@@ -143,3 +145,33 @@ def test_a_fit_trains_into_the_freeze_the_monitor_diagnoses_it_and_the_regularis
     accuracy, mean_vacuity = thawed.last()
     assert accuracy > 1 / N_WAY + 0.1 and mean_vacuity < 0.9  # seen: 41.8%, 0.834
     assert monitor.warning is None and monitor.diagnosis is None
+
+
+@pytest.mark.parametrize("vectorize", [True, False], ids=["vmap", "task-loop"])
+def test_the_regularisers_second_order_meta_gradient_is_the_same_through_both_engines(vectorize):
+    # The vacuity weight is detached inside the inner loop: torch.func's transforms must treat it as a constant
+    # exactly as autograd does in learn2learn's per-task loop (float64).
+    loss = EvidentialLoss(activation="relu", vacuity_weight=1.5)
+    generator = torch.Generator().manual_seed(1)
+    support_x = torch.randn(2, 6, 1, 8, 8, generator=generator, dtype=torch.float64)
+    support_y = torch.arange(3).repeat(2).expand(2, -1)
+    query_x = torch.randn(2, 9, 1, 8, 8, generator=generator, dtype=torch.float64)
+    query_y = torch.arange(3).repeat(3).expand(2, -1)
+    gradients = []
+    for kind in ("batched", "learn2learn"):
+        torch.manual_seed(0)
+        net = ConvNet((1, 8, 8), 3, filters=3, blocks=2, bn_steps=3).double()
+        engine = (
+            BatchedEngine(net, 0.3, "per_layer_per_step", 2, vectorize=vectorize)
+            if kind == "batched"
+            else Learn2LearnEngine(net, 0.3, "per_layer_per_step", 2)
+        ).double()
+        inner = lambda logits, labels: loss(logits, labels, 0.7)  # noqa: E731
+        adapted = engine.adapt(support_x, support_y, inner, 2, create_graph=True)
+        value = loss(engine.predict(adapted, query_x, torch.arange(2)), query_y, 0.7)
+        names, parameters = zip(*engine.named_parameters(), strict=True)
+        gradients.append(dict(zip(names, torch.autograd.grad(value, parameters), strict=True)))
+    ours, reference = gradients
+    assert ours.keys() == reference.keys()
+    for name in ours:
+        torch.testing.assert_close(ours[name], reference[name], rtol=1e-9, atol=1e-12, msg=name)
