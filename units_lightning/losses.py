@@ -68,9 +68,9 @@ def vacuity_regulariser(logits: Tensor, labels: Tensor, evidence: Tensor) -> Ten
     flows through it). The gradient on ``o_y`` is ``-u``, whatever the evidence activation: largest (-1) for a
     sample with no evidence at all, where the marginal likelihood and the incorrect-belief term give none
     under ReLU evidence (the "zero-evidence region" of the paper, where learning freezes), and vanishing as
-    the sample gathers evidence. With ``exp`` evidence ``o_y = log e_y``: the paper's vacuity-weighted log
-    correct evidence. Applied to the logit for every activation, as the authors' code does (``use_vac_reg``
-    in pandeydeep9/EvidentialResearch2023). Bounded below: ``u * o_y <= N`` for ReLU and softplus evidence
+    the sample gathers evidence. It is written on the logit for every activation, as the authors' code
+    computes it (``use_vac_reg`` in pandeydeep9/EvidentialResearch2023); under ``exp`` evidence
+    ``o_y = log e_y``, the log of the correct evidence. Bounded below: ``u * o_y <= N`` for ReLU and softplus evidence
     (``o_y <= e_y <= S``), and it tends to 0 under ``exp``.
 
     Args:
@@ -100,8 +100,8 @@ class EvidentialLoss(MetaLoss):
     * ``log S - log alpha_y`` is the marginal likelihood term (paper Eqs. 9-11);
     * ``R_ib = sum_{n != y} b_n`` (``ib_reduction="sum"``, as the paper writes it) or that sum divided by N
       (``"mean"``, what the authors' released and later code computes). ``eta`` is in the units of the
-      reduction: ``eta`` under "mean" equals ``eta / N`` under "sum" (the paper's appendix eta 2 with "sum" on
-      5-way tasks is eta 10 with "mean", 33 times the authors' CIFAR-FS 0.3);
+      reduction: the same loss takes N times the eta under "mean" (``eta_mean = eta_sum * N``), so the paper's
+      appendix eta 2 with "sum" on 5-way tasks is eta 10 with "mean", 33 times the authors' CIFAR-FS 0.3;
     * ``R_vac = -u * o_y`` (``vacuity_regulariser``; Pandey & Yu, "Learn to Accumulate Evidence from All Training
       Samples: Theory and Practice", ICML 2023): gives gradient to samples whose evidence is zero. It is off by
       default (``vacuity_weight=0``), so the defaults are the paper's loss.
