@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -80,7 +81,8 @@ def test_an_export_gives_one_answer_per_submitted_annotation(project, make_batch
         annotation(next(c for c in batch.query_sets[0].classes if c != key[second["data"]["image_id"]]))
     )
     disagreeing = dataclasses.replace(batch, id="batch-two")
-    with pytest.raises(IngestError, match=r"(?s)no query set is complete yet \(1 pending\).*2 disputed"):  # 1 to 1, twice
+    # two images answered 1 to 1: disputed, their query set pending
+    with pytest.raises(IngestError, match=r"(?s)no query set is complete yet \(1 pending\).*2 disputed"):
         ingest(disagreeing, read_label_studio_export(tasks, "export.json"), "export.json", tmp_path / "new.json")
     minimal = [
         {"image_id": t["data"]["image_id"], "label": key[t["data"]["image_id"]], "id": i} for i, t in enumerate(tasks)
@@ -137,6 +139,8 @@ def label_studio_server(tmp_path_factory):
         "LABEL_STUDIO_PASSWORD": "a-password-for-tests",
         "LABEL_STUDIO_USER_TOKEN": LEGACY_TOKEN,
         "LABEL_STUDIO_ENABLE_LEGACY_API_TOKEN": "true",
+        "ML_BLOCK_LOCAL_IP": "false",  # the ML backend of a test listens on 127.0.0.1,
+        "SSRF_PROTECTION_ENABLED": "false",  # and so does its webhook
         "LATEST_VERSION_CHECK": "false",
         "COLLECT_ANALYTICS": "false",
     }
@@ -174,15 +178,22 @@ def label_studio_server(tmp_path_factory):
         log.close()
 
 
+@pytest.fixture(scope="module")
+def annotator_token(label_studio_server) -> str:
+    """The annotator's personal access token (Label Studio makes one per user: created once for the module)."""
+    url, legacy, _ = label_studio_server
+    return LabelStudio(url, legacy).request("POST", "/api/token/")["token"]
+
+
 @pytest.mark.label_studio
 def test_one_round_through_a_real_label_studio(
-    label_studio_server, glyph_project, project_options, fit_options, tmp_path, monkeypatch
+    label_studio_server, annotator_token, glyph_project, project_options, fit_options, tmp_path, monkeypatch
 ):
     url, legacy, files = label_studio_server
     root = files / "project"
     shutil.copytree(glyph_project[0], root)
     key = glyph_project[1]
-    token = LabelStudio(url, legacy).request("POST", "/api/token/")["token"]  # the annotator's personal access token
+    token = annotator_token
     monkeypatch.setenv(TOKEN_VARIABLE, token)
 
     sampler = MultiQuerySampler(tasks=2, query_sets=3)  # a model of the project's shape, as a first round's would be
@@ -229,3 +240,57 @@ def test_one_round_through_a_real_label_studio(
     cli_main(["fit", *options, *fit_options(run, steps=2)])  # one round of training on the answers
     checkpoint = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     assert checkpoint["global_step"] == 2
+
+
+@pytest.mark.label_studio
+def test_label_studio_asks_the_ml_backend_for_predictions_and_annotations_reach_its_webhook(
+    label_studio_server, annotator_token, glyph_project, project_options, tmp_path, monkeypatch
+):
+    url, _, files = label_studio_server
+    root = files / "project-ml"
+    shutil.copytree(glyph_project[0], root)
+    token = annotator_token
+    monkeypatch.setenv(TOKEN_VARIABLE, token)
+    monkeypatch.setenv(DOCUMENT_ROOT_VARIABLE, str(files))
+    sampler = MultiQuerySampler(tasks=2, query_sets=3)
+    model = tiny_model(sampler=sampler)
+    trainer = tiny_trainer(tmp_path, max_steps=2)
+    trainer.fit(model, tiny_data(sampler))
+    trainer.save_checkpoint(tmp_path / "model.ckpt")
+    select_main([*project_options(root), "--ckpt_path", str(tmp_path / "model.ckpt"), "--budget", "1",
+                 "--label_studio_url", url])
+    batch = read_manifest(next((root / "batches").iterdir()))
+    project = batch.label_studio["project"]
+
+    from units_lightning.annotation.layout import load_project
+    from units_lightning.annotation.ml_backend import Debouncer, Predictor, make_server
+
+    model.cpu()
+    predictor = Predictor(model, load_project(root), lambda: LabelStore.load(root / "labels.json"), (1, 16, 16), 1.5)
+    pokes = []
+    backend = make_server(predictor, Debouncer(lambda: pokes.append(1), 0.5), port=0)
+    threading.Thread(target=backend.serve_forever, daemon=True).start()
+    try:
+        client = LabelStudio(url, token)
+        backend_url = f"http://127.0.0.1:{backend.server_address[1]}"
+        client.request("POST", "/api/ml/", {"url": backend_url, "project": project, "title": "units-lightning"})
+        client.request(
+            "POST",
+            f"/api/dm/actions/?id=retrieve_tasks_predictions&project={project}",
+            {"selectedItems": {"all": True, "excluded": []}, "project": str(project)},
+        )
+        tasks = client.request("GET", f"/api/projects/{project}/tasks/?page_size=100")
+        ours = [p for t in tasks for p in t["predictions"] if p["model_version"] == predictor.version]
+        classes = batch.query_sets[0].classes
+        assert len(ours) == 5 and all(p["result"][0]["value"]["choices"][0] in classes for p in ours)
+        task = tasks[0]
+        result = [{"from_name": "label", "to_name": "image", "type": "choices",
+                   "value": {"choices": [batch.query_sets[0].classes[0]]}}]
+        client.request("POST", f"/api/tasks/{task['id']}/annotations/", {"result": result, "was_cancelled": False})
+        deadline = time.monotonic() + 60
+        while not pokes and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert pokes, "the annotation webhook did not reach the ML backend"
+    finally:
+        backend.shutdown()
+        backend.server_close()
