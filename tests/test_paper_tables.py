@@ -383,66 +383,26 @@ def test_each_fit_segment_keeps_the_metrics_of_those_before(tmp_path):
     assert metrics.keep_metrics(partial.folder) == []  # nothing new: nothing moved
 
 
-def test_metrics_set_aside_never_replace_a_segment_saved_before(tmp_path):
-    # run.json records one fit segment, whose metrics are saved already; two versions wrote metrics.csv since (fits
-    # this script did not record, as when it is killed): both follow the saved one, oldest first.
+def test_metrics_set_aside_are_numbered_after_the_fit_segments_run_json_records(tmp_path):
+    # run.json records three fit segments; the first one's metrics are saved, the second logged none (stopped before
+    # its first row): the third's metrics.csv becomes segment-02.
     folder = tmp_path / "run"
-    folders.write_json(folder / folders.RECORD, {"fit": {"finished": False, "segments": [{"returncode": 143}]}})
+    segments = [{"returncode": 143}] * 3
+    folders.write_json(folder / folders.RECORD, {"fit": {"finished": False, "segments": segments}})
     _write_csv(folder / "metrics" / "segment-00.csv", "step,val/acc", "1,0.1")
-    newer = _write_csv(folder / "logs" / "version_0" / "metrics.csv", "step,val/acc", "2,0.2")
-    older = _write_csv(folder / "logs" / "version_1" / "metrics.csv", "step,val/acc", "0,0.3")
-    os.utime(older, ns=(1_000_000_000, 1_000_000_000))
-    assert metrics.current_metrics(folder) == [older, newer]
-    assert metrics.keep_metrics(folder) == [
-        folder / "metrics" / "segment-01.csv",
-        folder / "metrics" / "segment-02.csv",
-    ]
-    assert [p.read_text().splitlines()[1] for p in metrics.saved_segments(folder)] == ["1,0.1", "0,0.3", "2,0.2"]
-
-
-def test_the_history_of_a_run_is_its_segments_stitched_each_step_once():
-    first = [
-        {"step": "0", "train/loss": "2.0"},
-        {"step": "49", "val/acc": "0.4"},
-        {"step": "99", "val/acc": "0.5"},
-        {"step": "120", "train/loss": "1.0"},
-    ]
-    # Resumed from its checkpoint at step 99: the first segment's 99 and 120 are superseded; a new column.
-    second = [{"step": "99", "val/acc": "0.52", "val/vacuity": "0.3"}, {"step": "149", "val/acc": "0.6"}]
-    third = [{"step": "200", "val/acc": "0.7"}]  # resumed after the last step logged: nothing superseded
-    history = metrics.stitch_metrics([first, second, [], third])
-    assert history == [*first[:2], *second, *third]
-    assert metrics.stitch_metrics([first]) == first and metrics.stitch_metrics([]) == []
-    # A segment starting at step 0 (a fit started afresh) supersedes everything before it.
-    assert metrics.stitch_metrics([first, second, [{"step": "0", "val/acc": "0.1"}]]) == [
-        {"step": "0", "val/acc": "0.1"}
-    ]
-
-
-def test_the_history_is_read_from_the_saved_segments_in_order_then_the_current_metrics(tmp_path):
-    folder = tmp_path / "run"
-    _write_csv(folder / "metrics" / "segment-100.csv", "epoch,step,val/acc,val/vacuity", "1,30,0.7,", "1,40,,0.2")
-    _write_csv(folder / "metrics" / "segment-99.csv", "step,val/acc", "10,0.5", "20,0.6", "35,0.65")
-    (folder / "metrics" / "notes.txt").write_text("not a segment")
-    _write_csv(folder / "logs" / "version_0" / "metrics.csv", "step,val/acc", "40,0.8")
-    _write_csv(folder / "test" / "top1-val" / "metrics.csv", "step,val/acc", "0,0.0")  # not the fit's
-    assert metrics.run_metrics(folder) == [
-        {"step": "10", "val/acc": "0.5"},
-        {"step": "20", "val/acc": "0.6"},
-        {"epoch": "1", "step": "30", "val/acc": "0.7", "val/vacuity": ""},
-        {"step": "40", "val/acc": "0.8"},
-    ]
+    _write_csv(folder / "logs" / "version_0" / "metrics.csv", "step,val/acc", "2,0.2")
+    assert metrics.keep_metrics(folder) == [folder / "metrics" / "segment-02.csv"]
+    # A record behind the files (a fit this script did not record, as when it is killed): above every saved one.
+    folders.write_json(folder / folders.RECORD, {"fit": {"finished": False, "segments": segments[:1]}})
+    _write_csv(folder / "logs" / "version_0" / "metrics.csv", "step,val/acc", "3,0.3")
+    assert metrics.keep_metrics(folder) == [folder / "metrics" / "segment-03.csv"]
+    assert [p.read_text().splitlines()[1] for p in metrics.saved_segments(folder)] == ["1,0.1", "2,0.2", "3,0.3"]
 
 
 def test_the_best_validation_is_the_highest_logged_and_the_earliest_step_of_a_tie():
-    rows = [
-        {"step": "9", "train/loss": "1.0"},
-        {"step": "99", "val/acc": "0.5"},
-        {"step": "199", "val/acc": "0.7"},
-        {"step": "299", "val/acc": "0.7"},
-        {"step": "399", "val/acc": ""},
-        {"val/acc": "0.9"},  # no step: not counted
-    ]
+    rows = [{"step": "9", "train/loss": "1.0"}, {"val/acc": "0.9"}]  # the second has no step: not counted
+    rows += [{"step": step, "val/acc": value} for step, value in [("99", "0.5"), ("199", "0.7"), ("299", "0.7")]]
+    rows.append({"step": "399", "val/acc": ""})
     assert metrics.best_validation(rows) == {"value": 0.7, "step": 199, "validations": 3}
     assert metrics.best_validation(rows[:1]) is None and metrics.best_validation([]) is None
 
