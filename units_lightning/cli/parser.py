@@ -190,8 +190,8 @@ class UnitsCLI(LightningCLI):
             )
             discard_empty_run(self.trainer, self._restored_step)  # the W&B part this command opened holds nothing
             return
-        writer = next(c for c in self.trainer.callbacks if isinstance(c, SummaryWriter))
-        if writer.summary is None or writer.path is None:
+        writer = next((c for c in self.trainer.callbacks if isinstance(c, SummaryWriter)), None)
+        if writer is None or writer.summary is None or writer.path is None:
             return
         print(format_summary(writer.summary), flush=True)
         configs = where_options(self._command_args)
