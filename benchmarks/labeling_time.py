@@ -22,7 +22,8 @@ candidates of one task.
     python benchmarks/labeling_time.py --config configs/budget_omniglot_5w1s.yaml --ckpt run/checkpoints/last.ckpt \
         --data.root <omniglot> --split test --seeds 0 1 2 --device cuda --out labeling_time.json
 
-``--ckpt`` takes one checkpoint per seed (the models of seeds 0, 1, 2), or one for every seed. Every round adapts to
+``python benchmarks/labeling_time.py merge A.json B.json --out X.json`` joins runs of one setting whose seeds ran
+apart (one process per GPU). ``--ckpt`` takes one checkpoint per seed (the models of seeds 0, 1, 2), or one for every seed. Every round adapts to
 a larger support set, so on a GPU each round's shapes would capture CUDA graphs of their own and keep them: for
 20-way tasks pass ``--model.capture none`` (eager evaluation; 200 tasks of Omniglot 20-way otherwise filled an
 H200's 140 GB).
@@ -320,7 +321,44 @@ def load_model(config: str, ckpt: str, overrides: Sequence[str], device: torch.d
     return model.to(device).eval(), data, lam
 
 
+def merge(paths: Sequence[Path], out: Path | None) -> dict[str, Any]:
+    """One record of several runs of the same setting (seeds run apart, e.g. one process per GPU): their curves
+    joined, the summary computed anew over every seed."""
+    records = [json.loads(Path(p).read_text()) for p in paths]
+    first = records[0]
+    for record in records[1:]:
+        if (record["setting"], record["config"], record["labels"]) != (first["setting"], first["config"], first["labels"]):
+            raise ValueError(f"cannot merge runs of different settings: {paths[0]} and another")
+    curves: dict[str, dict[int, list[float]]] = {}
+    for record in records:
+        for name, by_seed in record["curves"].items():
+            curves.setdefault(name, {}).update({int(s): c for s, c in by_seed.items()})
+    merged = {
+        **first,
+        "checkpoints": [c for r in records for c in r["checkpoints"]],
+        "seeds": sorted({int(s) for r in records for s in r["seeds"]}),
+        "curves": {n: {str(s): c for s, c in sorted(by_seed.items())} for n, by_seed in curves.items()},
+        "summary": summarise(curves, first["labels"]),
+        "seconds": max(r["seconds"] for r in records),
+        "merged_from": [str(p) for p in paths],
+    }
+    print(markdown_table(merged["summary"]))
+    if out is not None:
+        out.write_text(json.dumps(merged, indent=1))
+        setting = merged["setting"]
+        title = f"{Path(merged['config']).stem}, {setting['split']} classes, {setting['tasks']} tasks x {len(merged['seeds'])} seeds"
+        plot(merged["summary"], merged["labels"], out.with_suffix(".png"), title)
+    return merged
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["merge"]:  # labeling_time.py merge A.json B.json ... [--out X.json]
+        merging = argparse.ArgumentParser(prog="labeling_time.py merge")
+        merging.add_argument("paths", type=Path, nargs="+")
+        merging.add_argument("--out", type=Path, default=None)
+        options = merging.parse_args(argv[1:])
+        return merge(options.paths, options.out)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--config", required=True, help="the config the model was trained with")
     parser.add_argument("--ckpt", nargs="+", required=True, help="a checkpoint per seed, or one for all")
