@@ -25,6 +25,7 @@ COMMANDS = {
     "dashboard": "save the belief dashboard as a W&B workspace (--dry-run prints it, no account needed)",
     "select": "choose the unlabeled images of an annotation project most worth labeling next",
     "ingest": "read finished annotations back into an annotation project's labels",
+    "serve": "a model server for Label Studio (ML backend API): predictions with vacuity and dissonance, retraining",
 }
 
 
@@ -60,7 +61,7 @@ def _dispatch(words: list[str], argv_given: bool) -> None:
         from units_lightning.dashboard.report import main as report_main
 
         return report_main(words[1:])
-    if command in ("select", "ingest"):
+    if command in ("select", "ingest", "serve"):
         try:
             commands = importlib.import_module("units_lightning.annotation.commands")
         except ModuleNotFoundError as error:
