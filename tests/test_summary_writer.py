@@ -55,3 +55,28 @@ def test_a_resumed_fit_counts_its_steps_from_the_checkpoint_and_one_with_nothing
     idle = SummaryWriter()
     _python_fit(folder, [idle], max_steps=4, ckpt_path=str(tmp_path / "step4.ckpt"))
     assert idle.summary is None and json.loads((folder / "summary.json").read_text()) == resumed
+
+
+def test_a_plain_python_fit_gets_the_writers_from_the_model(tmp_path):
+    """No callback given: ``UnitsMAML.configure_callbacks`` adds ``SummaryWriter`` and ``CSVHistory`` (the
+    command line's own are then the only ones), so ``trainer.fit`` from Python writes ``summary.json``."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    from units_lightning.callbacks import CSVHistory
+
+    data = tiny_data(RandomSampler())
+    folder = tmp_path / "plain"
+    trainer = tiny_trainer(
+        folder, max_steps=2, limit_val_batches=1, val_check_interval=2, logger=CSVLogger(folder, name="csv")
+    )
+    trainer.fit(tiny_model(sampler=data.sampler), data)
+    assert [type(c) for c in trainer.callbacks].count(SummaryWriter) == 1
+    assert [type(c) for c in trainer.callbacks].count(CSVHistory) == 1
+    run = folder / "csv" / "version_0"  # the logger's run folder
+    written = json.loads((run / "summary.json").read_text())
+    assert written["steps"] == 2 and "collapse_diagnosis" in written
+    assert (run / "metrics" / "segment-00.csv").is_file()  # CSVHistory kept the segment
+    own = SummaryWriter(output_dir=str(tmp_path / "mine"))
+    trainer = tiny_trainer(tmp_path / "kept", max_steps=1, limit_val_batches=0, callbacks=[own])
+    trainer.fit(tiny_model(sampler=data.sampler), data)
+    assert own.path == tmp_path / "mine" / "summary.json"  # a user's writer is kept, not replaced by the model's

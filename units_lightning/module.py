@@ -14,10 +14,12 @@ from units_lightning import keys
 from units_lightning.backbones import ConvNet
 from units_lightning.belief import TaskBeliefs, query_beliefs, task_beliefs, task_uncertainty
 from units_lightning.callbacks._shared import logging_step
+from units_lightning.callbacks.csv_history import CSVHistory
 from units_lightning.callbacks.label_budget import LabelBudget
 from units_lightning.callbacks.non_finite import NonFiniteGuard
 from units_lightning.callbacks.results_writer import ResultsWriter
 from units_lightning.callbacks.sigterm import CheckpointOnSigterm
+from units_lightning.callbacks.summary_writer import SummaryWriter
 from units_lightning.engines import EngineFactory, EngineName, InnerLRMode, build_engine
 from units_lightning.engines.captured_step import COMPILE_MIN_STEPS, CapturedStep, MetaStep, auto_capture
 from units_lightning.episode import TaskBatch
@@ -223,11 +225,13 @@ class UnitsMAML(EpisodicEvaluation):
 
     def configure_callbacks(self) -> list[Callback]:
         """The ``NonFiniteGuard`` of ``non_finite``, ``CheckpointOnSigterm``, ``LabelBudget`` and, unless the trainer
-        has one, a ``ResultsWriter`` (``test`` always writes ``results.json``)."""
-        trainer = self._trainer
-        has_writer = trainer is not None and any(isinstance(c, ResultsWriter) for c in trainer.callbacks)
-        writer = [] if has_writer else [ResultsWriter()]
-        return [NonFiniteGuard(self.non_finite), CheckpointOnSigterm(), *writer, LabelBudget()]
+        has its own, a ``ResultsWriter`` (``test`` writes ``results.json``), a ``SummaryWriter`` (``fit`` writes
+        ``summary.json``) and a ``CSVHistory`` (a resumed fit keeps its CSV metrics): the same from Python as from
+        the command line. Lightning replaces a trainer's callback by the model's of the same type, so a user's own
+        writer is kept by not returning one."""
+        given = [] if self._trainer is None else self._trainer.callbacks
+        defaults = [c() for c in (ResultsWriter, SummaryWriter, CSVHistory) if not any(isinstance(t, c) for t in given)]
+        return [NonFiniteGuard(self.non_finite), CheckpointOnSigterm(), *defaults, LabelBudget()]
 
     # --- Algorithm 1 ----------------------------------------------------------------------------------
 

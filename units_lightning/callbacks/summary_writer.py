@@ -101,11 +101,14 @@ def fit_summary(trainer: pl.Trainer, model: Any, wall_time_s: float, start_step:
         chance_accuracy=round(1.0 / model.n_way, 6),
     )
     ledger = model.ledger
-    warnings_given = [c.warning for c in trainer.callbacks if isinstance(c, CollapseMonitor) and c.warning]
+    monitors = [c for c in trainer.callbacks if isinstance(c, CollapseMonitor)]
+    warnings_given = [c.warning for c in monitors if c.warning]
+    diagnoses = [c.diagnosis for c in monitors if c.diagnosis]  # which options fix it (also inside the warning)
     summary.update(
         stopped=f"label budget of {ledger.budget} query sets reached" if ledger.exhausted else None,
         skipped_steps=ledger.skipped_steps,
         collapse_warning=warnings_given[0] if warnings_given else None,
+        collapse_diagnosis=diagnoses[0] if diagnoses else None,
         checkpoints=_checkpoints_written(trainer, run_directory(trainer)),
     )
     return summary
