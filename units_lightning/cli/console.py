@@ -7,6 +7,7 @@ import contextlib
 import importlib
 import logging
 import os
+import shlex
 import warnings
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,8 @@ __all__ = [
     "format_summary",
     "is_offline",
     "quiet",
+    "replayed_options",
     "wants_progress",
-    "where_options",
     "written_files",
 ]
 
@@ -38,14 +39,8 @@ _QUIET_WARNINGS = (
     r".*Couldn't infer the batch indices fetched from your dataloader.*",
 )
 _QUIET_LOGGERS = ("lightning.pytorch", "lightning.fabric")
-# Options that decide where a config's runs are (for the next command `fit` suggests).
-_WHERE_OPTIONS = (
-    "--config",
-    "-c",
-    "--trainer.default_root_dir",
-    "--trainer.logger.save_dir",
-    "--trainer.logger.init_args.save_dir",
-)
+# Options of `fit` that the `test` it suggests must not repeat: it names its own checkpoint.
+_NOT_REPLAYED = ("--ckpt_path", "--print_config")
 
 
 def quiet(undo: contextlib.ExitStack) -> None:
@@ -83,16 +78,23 @@ def wants_progress(config: Namespace) -> bool:
     return True
 
 
-def where_options(words: list[str]) -> list[str]:
-    """The options of a command line that say where its runs are: its ``--config`` files and, when given, its
-    ``default_root_dir`` and logger folder (``--ckpt_path best`` looks there)."""
-    found = []
-    for index, word in enumerate(words):
-        option, has_value, value = word.partition("=")
-        if option in _WHERE_OPTIONS:
-            value = value if has_value else (words[index + 1] if index + 1 < len(words) else "")
-            found.append(f"{option} {value}")
-    return found
+def replayed_options(words: list[str]) -> list[str]:
+    """The options of a ``fit`` command line that the next command repeats: all of them (the ``--config`` files,
+    the data root, the logger and root folders, every model, data and trainer override), so that the ``test`` it
+    suggests finds the same data and the same run, less ``--ckpt_path`` and ``--print_config``."""
+    kept: list[str] = []
+    skip_value = False
+    for word in words:
+        if skip_value:
+            skip_value = False
+            if not word.startswith("-"):
+                continue
+        option, has_value, _ = word.partition("=")
+        if option in _NOT_REPLAYED:
+            skip_value = not has_value
+            continue
+        kept.append(word)
+    return kept
 
 
 def format_summary(summary: dict[str, Any]) -> str:
@@ -133,9 +135,9 @@ def format_summary(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def written_files(folder: Path, summary: dict[str, Any], logger: Any, configs: list[str]) -> str:
-    """The files of a finished ``fit``, and what to run next (``configs``: the ``--config`` and root options that
-    find the run again)."""
+def written_files(folder: Path, summary: dict[str, Any], logger: Any, options: list[str]) -> str:
+    """The files of a finished ``fit``, and what to run next (``options``: those of the ``fit`` command line that
+    the next command repeats, from ``replayed_options``), quoted for a shell so that it runs as printed."""
     lines = [f"written to {folder}{os.sep}"]
     for role, path in summary.get("checkpoints", {}).items():
         why = "best by val/acc: `--ckpt_path best`" if role == "best" else "the newest: `--ckpt_path last` resumes"
@@ -148,9 +150,9 @@ def written_files(folder: Path, summary: dict[str, Any], logger: Any, configs: l
             lines.append(f"  W&B offline run: {offline} (`wandb sync` uploads it)")
         elif getattr(run, "url", None):
             lines.append(f"  W&B run {run.url}")
-    config = " ".join(configs) or "--config <the same config>"
-    lines.append(f"next: units-lightning test {config} --ckpt_path best")
-    lines.append(f"      units-lightning report {folder}")
+    given = shlex.join(options) if options else "--config <the same config>"
+    lines.append(f"next: units-lightning test {given} --ckpt_path best")
+    lines.append(f"      units-lightning report {shlex.quote(str(folder))}")
     return "\n".join(lines)
 
 

@@ -27,8 +27,8 @@ from units_lightning.cli.console import (
     PROGRESS_MODES,
     format_summary,
     quiet,
+    replayed_options,
     wants_progress,
-    where_options,
     written_files,
 )
 from units_lightning.data.episodic import EpisodicDataModule
@@ -194,8 +194,8 @@ class UnitsCLI(LightningCLI):
         if writer is None or writer.summary is None or writer.path is None:
             return
         print(format_summary(writer.summary), flush=True)
-        configs = where_options(self._command_args)
-        print(written_files(writer.path.parent, writer.summary, self.trainer.logger, configs), flush=True)
+        options = replayed_options(self._command_args)
+        print(written_files(writer.path.parent, writer.summary, self.trainer.logger, options), flush=True)
 
     def after_test(self) -> None:
         if self.trainer.is_global_zero:
