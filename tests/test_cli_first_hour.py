@@ -31,3 +31,34 @@ def test_the_next_command_fit_prints_runs_as_printed(tmp_path):
     assert tested.returncode == 0, tested.stderr
     (run,) = (tmp_path / "my runs" / "units-lightning").iterdir()
     assert (run / "results.json").is_file()
+
+
+def fit_in_process(root: Path, *args: str) -> None:
+    """``units-lightning fit`` through ``main`` (as the console script runs it), its W&B run finished after."""
+    import wandb
+
+    from units_lightning.cli import main
+
+    try:
+        main(["fit", "--config", str(QUICKSTART), *FAST, f"--trainer.default_root_dir={root}", *args])
+    finally:
+        wandb.finish()
+
+
+def test_a_finished_run_is_never_rewritten_and_a_longer_length_continues_it(tmp_path, capsys):
+    fit_in_process(tmp_path, "--trainer.max_epochs=3")  # 9 steps
+    (run,) = (tmp_path / "units-lightning").iterdir()
+    trained = (run / "config.yaml").read_text()
+    files = sorted(p.name for p in run.iterdir())
+    capsys.readouterr()
+    # Lightning itself refuses a checkpoint two epochs past the end (max_epochs=1); the others train nothing.
+    for shorter in ("--trainer.max_epochs=1", "--trainer.max_epochs=2", "--trainer.max_epochs=3"):
+        fit_in_process(tmp_path, "--ckpt_path=last", shorter)
+        out = capsys.readouterr().out
+        assert "finished at step 9; nothing to train" in out
+        assert (run / "config.yaml").read_text() == trained
+        assert sorted(p.name for p in run.iterdir()) == files
+    fit_in_process(tmp_path, "--ckpt_path=last", "--trainer.max_epochs=4")
+    assert "steps 12 (resumed at step 9" in capsys.readouterr().out
+    assert "max_epochs: 4" in (run / "config.yaml").read_text()
+    assert (run / "config.1.yaml").read_text() == trained  # the config the first 9 steps ran with

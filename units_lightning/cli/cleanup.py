@@ -1,5 +1,5 @@
 """A command that trained nothing leaves no empty run behind: no W&B offline run folder, no run folder of configs
-only."""
+only; and a run's config file changes only when a command did something (``ConfigSnapshot``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from units_lightning.cli.console import is_offline
 from units_lightning.csv_history import METRICS, SEGMENTS
 from units_lightning.runs import CHECKPOINTS, RESULTS, SUMMARY, run_directory
 
-__all__ = ["discard_empty_run"]
+__all__ = ["ConfigSnapshot", "discard_empty_run"]
 
 # What makes a run folder worth keeping.
 _KEPT = (CHECKPOINTS, SUMMARY, RESULTS, "predictions.csv", METRICS, SEGMENTS)
@@ -48,3 +48,36 @@ def discard_empty_run(trainer: pl.Trainer, start_step: int = 0) -> None:
             shutil.rmtree(folder, ignore_errors=True)
             with contextlib.suppress(OSError):
                 folder.parent.rmdir()  # the logger's name folder, if this run was its only one
+
+
+class ConfigSnapshot:
+    """A run's config file (``config.yaml``, ``config_test.yaml``, ...) as it was before a command, so that the
+    command leaves it as it was unless it did something.
+
+    ``SaveRunConfig`` writes the command's config at the start of the run, before it is known whether the command
+    trains or evaluates anything: ``restore`` puts back the file as it was (removes it where there was none) after a
+    command that failed or had nothing to train; ``keep_previous`` keeps the replaced one beside the new, as
+    ``config.<n>.yaml`` (the first free ``n``), after a resumed run that went on with another config.
+
+    Args:
+        paths: the config files the command may write (one per folder it may write into).
+    """
+
+    def __init__(self, paths: list[Path]) -> None:
+        self.before = {path: path.read_bytes() if path.is_file() else None for path in dict.fromkeys(paths)}
+
+    def restore(self) -> None:
+        for path, content in self.before.items():
+            if content is None:
+                path.unlink(missing_ok=True)
+            elif not path.is_file() or path.read_bytes() != content:
+                path.write_bytes(content)
+
+    def keep_previous(self) -> None:
+        for path, content in self.before.items():
+            if content is None or not path.is_file() or path.read_bytes() == content:
+                continue
+            number = 1
+            while (kept := path.with_name(f"{path.stem}.{number}{path.suffix}")).exists():
+                number += 1
+            kept.write_bytes(content)

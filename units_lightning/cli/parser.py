@@ -7,12 +7,14 @@ import contextlib
 import copy
 import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
 from jsonargparse import Namespace
 from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from units_lightning.callbacks import CollapseMonitor, CSVHistory, SaveRunConfig, SummaryWriter, dashboard_callbacks
@@ -21,7 +23,7 @@ from units_lightning.callbacks.progress import ValidationProgress
 from units_lightning.callbacks.run_version import RecordRunVersion
 from units_lightning.cli.arguments import LIGHTNING_COMMANDS, UnitsArgumentParser
 from units_lightning.cli.checkpoints import checkpoint_overrides, overrides_report, resolve_ckpt_path, settle_save_dir
-from units_lightning.cli.cleanup import discard_empty_run
+from units_lightning.cli.cleanup import ConfigSnapshot, discard_empty_run
 from units_lightning.cli.config_sources import inherited_arguments, reset_inherited
 from units_lightning.cli.console import (
     PROGRESS_MODES,
@@ -34,9 +36,13 @@ from units_lightning.cli.console import (
 from units_lightning.data.episodic import EpisodicDataModule
 from units_lightning.module import UnitsMAML
 from units_lightning.resume import AtomicCheckpointIO
-from units_lightning.runs import config_file_name, run_directory
+from units_lightning.runs import checkpoint_run_folder, config_file_name, logger_run_folder, run_directory
 
 __all__ = ["UnitsCLI", "cli_main"]
+
+# Lightning's refusal of a checkpoint whose epoch lies past the configured max_epochs: a finished run resumed with a
+# shorter length, which has nothing to train.
+_PAST_THE_END = "You restored a checkpoint with current_epoch="
 
 
 class UnitsCLI(LightningCLI):
@@ -163,12 +169,43 @@ class UnitsCLI(LightningCLI):
                 del init["anonymous"]
 
     def _run_subcommand(self, subcommand: str) -> None:
+        """Run the command; a failed one leaves nothing new (its W&B part, its config file), a finished run
+        resumed with a shorter length says so and leaves its files as they were, and a resumed run that goes on
+        with another config keeps the one before as ``config.<n>.yaml``."""
+        snapshot = ConfigSnapshot(self._config_paths(subcommand)) if self.trainer.is_global_zero else None
+        start = self._restored_step or 0
         try:
             super()._run_subcommand(subcommand)
+        except MisconfigurationException as error:
+            if subcommand != "fit" or self._restored_step is None or _PAST_THE_END not in str(error):
+                self._discard(snapshot, start)
+                raise
+            self._nothing_to_train()  # Lightning restores the loops, then refuses: no step was taken
         except BaseException:
-            if self.trainer.is_global_zero:
-                discard_empty_run(self.trainer, self._restored_step or 0)
+            self._discard(snapshot, start)
             raise
+        if snapshot is None:
+            return
+        if subcommand == "fit" and self._restored_step is not None and self.trainer.global_step > start:
+            snapshot.keep_previous()
+        elif subcommand == "fit" and self._restored_step is not None:
+            snapshot.restore()  # nothing trained: the run's config stays the one its steps ran with
+
+    def _config_paths(self, subcommand: str) -> list[Path]:
+        """The config files this command may write: in its logger's run folder and, for a command that evaluates
+        a checkpoint, in that checkpoint's run folder."""
+        name = config_file_name(subcommand)
+        logger = self.trainer.loggers[0] if self.trainer.loggers else None
+        paths = [logger_run_folder(logger, self.trainer.default_root_dir) / name]
+        folder = checkpoint_run_folder(self.config[subcommand].get("ckpt_path"))
+        if folder is not None and subcommand != "fit":
+            paths.append(folder / name)
+        return paths
+
+    def _discard(self, snapshot: ConfigSnapshot | None, start: int) -> None:
+        if snapshot is not None:
+            snapshot.restore()
+            discard_empty_run(self.trainer, start)
 
     def before_fit(self) -> None:
         if type(self.trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # not one the config chose
@@ -179,16 +216,8 @@ class UnitsCLI(LightningCLI):
         train."""
         if not self.trainer.is_global_zero:
             return
-        directory = run_directory(self.trainer)
         if self._restored_step is not None and self.trainer.global_step == self._restored_step:
-            print(
-                f"nothing to train: {self.config[self.subcommand]['ckpt_path']} is at step {self._restored_step}, "
-                "where this configuration stops (trainer.max_epochs / max_steps). To train longer, raise "
-                "--trainer.max_epochs (or --trainer.max_steps) with --ckpt_path last; the run's files are unchanged "
-                f"in {directory}",
-                flush=True,
-            )
-            discard_empty_run(self.trainer, self._restored_step)  # the W&B part this command opened holds nothing
+            self._nothing_to_train()
             return
         writer = next((c for c in self.trainer.callbacks if isinstance(c, SummaryWriter)), None)
         if writer is None or writer.summary is None or writer.path is None:
@@ -196,6 +225,20 @@ class UnitsCLI(LightningCLI):
         print(format_summary(writer.summary), flush=True)
         options = replayed_options(self._command_args)
         print(written_files(writer.path.parent, writer.summary, self.trainer.logger, options), flush=True)
+
+    def _nothing_to_train(self) -> None:
+        """A resumed ``fit`` whose checkpoint is where (or past where) this configuration stops: say so, and drop
+        the W&B part this command opened, which holds nothing (``_run_subcommand`` puts ``config.yaml`` back)."""
+        if not self.trainer.is_global_zero:
+            return
+        print(
+            f"finished at step {self._restored_step}; nothing to train: {self.config[self.subcommand]['ckpt_path']} "
+            "is where this configuration stops, or past it (trainer.max_epochs / max_steps). To train longer, "
+            "raise --trainer.max_epochs (or --trainer.max_steps) with --ckpt_path last; the run's files are "
+            f"unchanged in {run_directory(self.trainer)}",
+            flush=True,
+        )
+        discard_empty_run(self.trainer, self._restored_step or 0)
 
     def after_test(self) -> None:
         if self.trainer.is_global_zero:
