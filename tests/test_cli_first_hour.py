@@ -62,3 +62,45 @@ def test_a_finished_run_is_never_rewritten_and_a_longer_length_continues_it(tmp_
     assert "steps 12 (resumed at step 9" in capsys.readouterr().out
     assert "max_epochs: 4" in (run / "config.yaml").read_text()
     assert (run / "config.1.yaml").read_text() == trained  # the config the first 9 steps ran with
+
+
+def _refusal(tmp_path: Path, capsys, checkpoint: Path) -> str:
+    """What ``test --ckpt_path <checkpoint>`` says: one paragraph on stderr, exit status 1."""
+    import pytest
+
+    from units_lightning.cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["test", "--config", str(QUICKSTART), *FAST, f"--trainer.default_root_dir={tmp_path}", "--ckpt_path", str(checkpoint)])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 1 and "Traceback" not in err
+    assert "mmap" not in err and "_use_new_zipfile_serialization" not in err and "weights_only" not in err
+    assert err.strip().count("\n\n") == 0 and str(checkpoint) in err
+    return err
+
+
+def test_a_plain_torch_save_is_named_as_not_a_lightning_checkpoint(tmp_path, capsys):
+    import torch
+
+    path = tmp_path / "weights.ckpt"
+    torch.save({"state_dict": {"w": torch.zeros(2)}}, path)
+    err = _refusal(tmp_path, capsys, path)
+    assert "not a Lightning checkpoint" in err and "pytorch-lightning_version" in err and "state_dict" in err
+
+
+def test_a_text_file_a_foreign_pickle_and_a_truncated_checkpoint_are_each_named(tmp_path, capsys):
+    import pickle
+
+    import torch
+
+    text = tmp_path / "notes.ckpt"
+    text.write_text("step 300, val acc 0.52\n")
+    assert "not a checkpoint at all" in _refusal(tmp_path, capsys, text)
+    foreign = tmp_path / "scores.ckpt"
+    foreign.write_bytes(pickle.dumps({"scores": [1, 2, 3]}))
+    assert "a Python pickle" in _refusal(tmp_path, capsys, foreign)
+    whole = tmp_path / "whole.ckpt"
+    torch.save({"state_dict": {"w": torch.zeros(1000)}, "pytorch-lightning_version": "2.6.6"}, whole)
+    cut = tmp_path / "cut.ckpt"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    assert "cut short" in _refusal(tmp_path, capsys, cut)

@@ -267,7 +267,7 @@ def test_fit_from_a_checkpoint_continues_its_logger_run_and_other_commands_do_no
             _resolve_ckpt_path(_config(tmp_path / "elsewhere", given), command)
 
     checkpoint.write_bytes(b"not a checkpoint")
-    with pytest.raises(ValueError, match="last.ckpt cannot be read"):
+    with pytest.raises(ValueError, match="last.ckpt is not a checkpoint at all"):
         _resolve_ckpt_path(_config(tmp_path, "last"), "fit")
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from jsonargparse import Namespace
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
+from units_lightning.cli.checkpoint_files import checkpoint_problem
 from units_lightning.cli.config_sources import class_defaults
 from units_lightning.resume import best_checkpoint, find_last_checkpoint, stored_run
 from units_lightning.runs import CHECKPOINTS
@@ -98,6 +99,9 @@ def resolve_ckpt_path(config: Namespace, subcommand: str) -> int | None:
         path = given
     else:
         return None
+    problem = checkpoint_problem(path)
+    if problem is not None:
+        raise ValueError(f"--ckpt_path {given}: {path} {problem}.")
     try:
         run = stored_run(path)
     except Exception as error:  # e.g. cut short by a writer that was not atomic
