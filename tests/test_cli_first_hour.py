@@ -104,3 +104,28 @@ def test_a_text_file_a_foreign_pickle_and_a_truncated_checkpoint_are_each_named(
     cut = tmp_path / "cut.ckpt"
     cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
     assert "cut short" in _refusal(tmp_path, capsys, cut)
+
+
+def test_ctrl_c_on_fit_saves_last_ckpt_and_says_how_to_resume(tmp_path):
+    import signal
+    import time
+
+    import torch
+
+    args = [*FAST, "--trainer.max_epochs=30", "--trainer.limit_train_batches=10", f"--trainer.default_root_dir={tmp_path}"]
+    process = subprocess.Popen(
+        [*COMMAND, "fit", "--config", str(QUICKSTART), *args], cwd=tmp_path, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob("units-lightning/*/checkpoints/last.ckpt")) and time.monotonic() < deadline:
+        time.sleep(0.2)  # the first validation (step 10) wrote last.ckpt: training goes on
+    time.sleep(1.0)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err
+    assert "stopped by Ctrl-C (SIGINT); continue with the same command and --ckpt_path last" in err
+    assert "Traceback" not in err
+    (last,) = tmp_path.glob("units-lightning/*/checkpoints/last.ckpt")
+    step = torch.load(last, map_location="cpu", weights_only=True)["global_step"]
+    assert 10 <= step < 300  # saved where it stopped (at the step Ctrl-C came, unless that one validated)

@@ -12,6 +12,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from units_lightning import errors
 from units_lightning.cli.arguments import UnitsArgumentParser
+from units_lightning.cli.interrupt import StopOnInterrupt
 from units_lightning.cli.parser import cli_main
 
 __all__ = ["COMMANDS", "main", "overview"]
@@ -100,13 +101,15 @@ def main(argv: list[str] | None = None) -> None:
     UnitsArgumentParser.debug = debug
     try:
         return _dispatch(words, argv is not None)
-    except SIGTERMException:  # Lightning stops at the next step boundary, then exits with status 0: say 143
+    except SIGTERMException:  # Lightning stops at the next step boundary, then exits with status 0: say 143 / 130
+        stopped = signal.SIGINT if StopOnInterrupt.interrupted else signal.SIGTERM
+        name = "Ctrl-C (SIGINT)" if stopped == signal.SIGINT else "SIGTERM"
         print(
-            "units-lightning: stopped by SIGTERM; continue with the same command and --ckpt_path last",
+            f"units-lightning: stopped by {name}; continue with the same command and --ckpt_path last",
             file=sys.stderr,
             flush=True,
         )
-        sys.exit(128 + signal.SIGTERM)
+        sys.exit(128 + stopped)
     except Exception as error:
         shown = None if debug else errors.user_error(error)
         if shown is None:

@@ -25,6 +25,7 @@ from units_lightning.cli.arguments import LIGHTNING_COMMANDS, UnitsArgumentParse
 from units_lightning.cli.checkpoints import checkpoint_overrides, overrides_report, resolve_ckpt_path, settle_save_dir
 from units_lightning.cli.cleanup import ConfigSnapshot, discard_empty_run
 from units_lightning.cli.config_sources import inherited_arguments, reset_inherited
+from units_lightning.cli.interrupt import StopOnInterrupt
 from units_lightning.cli.console import (
     PROGRESS_MODES,
     format_summary,
@@ -175,7 +176,8 @@ class UnitsCLI(LightningCLI):
         snapshot = ConfigSnapshot(self._config_paths(subcommand)) if self.trainer.is_global_zero else None
         start = self._restored_step or 0
         try:
-            super()._run_subcommand(subcommand)
+            with StopOnInterrupt(self.trainer) if subcommand == "fit" else contextlib.nullcontext():
+                super()._run_subcommand(subcommand)
         except MisconfigurationException as error:
             if subcommand != "fit" or self._restored_step is None or _PAST_THE_END not in str(error):
                 self._discard(snapshot, start)
