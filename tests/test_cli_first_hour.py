@@ -129,3 +129,16 @@ def test_ctrl_c_on_fit_saves_last_ckpt_and_says_how_to_resume(tmp_path):
     (last,) = tmp_path.glob("units-lightning/*/checkpoints/last.ckpt")
     step = torch.load(last, map_location="cpu", weights_only=True)["global_step"]
     assert 10 <= step < 300  # saved where it stopped (at the step Ctrl-C came, unless that one validated)
+
+
+def test_fit_help_shows_the_progress_modes_and_best_among_the_checkpoint_keywords(capsys):
+    import pytest
+
+    from units_lightning.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["fit", "--help"])
+    out = capsys.readouterr().out
+    assert "<lambda>" not in out and "function" not in out.split("--progress", 1)[1].split("\n  --", 1)[0]
+    entry = out[out.rindex("--ckpt_path CKPT_PATH") :].split("\n  --", 1)[0]
+    assert '"best"' in entry and '"last"' in entry

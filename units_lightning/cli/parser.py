@@ -8,7 +8,7 @@ import copy
 import sys
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from jsonargparse import Namespace
 from lightning.fabric.plugins import TorchCheckpointIO
@@ -85,12 +85,23 @@ class UnitsCLI(LightningCLI):
         )
         parser.add_argument(
             "--progress",
-            type=str,
-            choices=PROGRESS_MODES,
+            type=Literal[PROGRESS_MODES],  # choices= would show jsonargparse's wrapper as the type in --help
             default="validation",
             help="validation: one line per validation with the accuracy and beliefs (Lightning's and W&B's "
             "notices hidden); steps: Lightning's progress bar, redrawn at every step, and every notice.",
         )
+
+    def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs: Any) -> Any:
+        """Lightning's subcommand parser, with ``--ckpt_path``'s help naming this CLI's own ``best``."""
+        parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
+        for action in parser._actions:
+            if action.dest == "ckpt_path":
+                action.help = (
+                    'A checkpoint file, or "last" (the newest last.ckpt of this config\'s runs; `fit` starts a new '
+                    'run where there is none) or "best" (the best checkpoint by val/acc of that run). Lightning\'s '
+                    f"own keywords follow. {action.help or ''}"
+                )
+        return parser
 
     def _parse_ckpt_path(self) -> None:
         """LightningCLI replaces the model options with those saved in a ``--ckpt_path`` file: say which changed."""
