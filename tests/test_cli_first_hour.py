@@ -142,3 +142,42 @@ def test_fit_help_shows_the_progress_modes_and_best_among_the_checkpoint_keyword
     assert "<lambda>" not in out and "function" not in out.split("--progress", 1)[1].split("\n  --", 1)[0]
     entry = out[out.rindex("--ckpt_path CKPT_PATH") :].split("\n  --", 1)[0]
     assert '"best"' in entry and '"last"' in entry
+
+
+def _listing(root: Path) -> list[str]:
+    return sorted(str(path.relative_to(root)) for path in root.rglob("*"))
+
+
+def _failed_test(root: Path, capsys, *args: str) -> None:
+    """``test`` of the run's best checkpoint with Omniglot under a folder that does not exist: it fails in the
+    data module's setup, after its W&B part (continuing the checkpoint's run) was opened."""
+    import pytest
+    import wandb
+
+    from units_lightning.cli import main
+
+    bad_data = ["--data=units_lightning.data.OmniglotDataModule", f"--data.root={root / 'nonexistent'}"]
+    with pytest.raises(SystemExit) as stopped:
+        try:
+            main(["test", "--config", str(QUICKSTART), *FAST, *args, *bad_data])
+        finally:
+            wandb.finish()
+    assert stopped.value.code == 1
+    assert "Omniglot not found" in capsys.readouterr().err
+
+
+def test_a_failed_test_leaves_the_run_folder_and_the_wandb_folder_as_they_were(tmp_path, capsys):
+    fit_in_process(tmp_path)
+    (run,) = (tmp_path / "units-lightning").iterdir()
+    (best,) = (p for p in (run / "checkpoints").iterdir() if p.name != "last.ckpt")
+    links = {link.name: link.readlink() for link in (tmp_path / "wandb").iterdir() if link.is_symlink()}
+    before = _listing(tmp_path)
+    _failed_test(tmp_path, capsys, f"--trainer.default_root_dir={tmp_path}", "--ckpt_path=best")
+    assert _listing(tmp_path) == before  # no W&B part under the run id, no config_test.yaml
+    assert {link.name: link.readlink() for link in (tmp_path / "wandb").iterdir() if link.is_symlink()} == links
+    # Another root: the W&B folder and the run folder the failed command opened there are removed with it.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    _failed_test(tmp_path, capsys, f"--trainer.default_root_dir={elsewhere}", f"--ckpt_path={best}")
+    assert list(elsewhere.iterdir()) == []
+    assert _listing(tmp_path) == sorted([*before, "elsewhere"])

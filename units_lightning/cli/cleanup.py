@@ -4,6 +4,7 @@ only; and a run's config file changes only when a command did something (``Confi
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 from pathlib import Path
 
@@ -14,22 +15,86 @@ from units_lightning.cli.console import is_offline
 from units_lightning.csv_history import METRICS, SEGMENTS
 from units_lightning.runs import CHECKPOINTS, RESULTS, SUMMARY, run_directory
 
-__all__ = ["ConfigSnapshot", "discard_empty_run"]
+__all__ = ["ConfigSnapshot", "WandbFolderSnapshot", "discard_empty_run", "wandb_folder"]
 
 # What makes a run folder worth keeping.
 _KEPT = (CHECKPOINTS, SUMMARY, RESULTS, "predictions.csv", METRICS, SEGMENTS)
 
 
-def discard_empty_run(trainer: pl.Trainer, start_step: int = 0) -> None:
-    """After a failure before the first step (or a resume with nothing to train): remove the W&B offline run
-    folder this command opened and the run folder it made, unless they hold a checkpoint, a summary, metrics or
-    results.
+def wandb_folder(trainer: pl.Trainer) -> Path | None:
+    """The ``wandb/`` folder the trainer's W&B logger writes its runs into (``<save_dir>/wandb``), or None without
+    a W&B logger. Known before the W&B run is opened, so that a command can note what the folder held first."""
+    logger = trainer.logger
+    if not isinstance(logger, WandbLogger):
+        return None
+    experiment = getattr(logger, "_experiment", None)
+    if experiment is not None:
+        return Path(experiment.dir).parent.parent  # <wandb>/<run folder>/files
+    root = os.environ.get("WANDB_DIR") or logger.save_dir or "."
+    return Path(root) / "wandb"
+
+
+class WandbFolderSnapshot:
+    """What a ``wandb/`` folder held before a command: its run folders and where its links (``latest-run``,
+    ``debug.log``, ``debug-internal.log``) pointed, so that a failed command's W&B run can be taken out again.
+
+    Args:
+        folder: the ``wandb/`` folder (``wandb_folder``), or None (no W&B logger).
+    """
+
+    def __init__(self, folder: Path | None) -> None:
+        self.folder = folder
+        self.existed = folder is not None and folder.is_dir()
+        self.entries = {path.name for path in folder.iterdir()} if self.existed else set()
+        self.links = {
+            path.name: os.readlink(path) for path in (folder.iterdir() if self.existed else ()) if path.is_symlink()
+        }
+
+    def remove_run(self, offline: Path) -> None:
+        """Remove the run folder ``offline`` unless it was there before, point the links back where they pointed
+        and remove the ``wandb/`` folder itself where the command made it and it is now empty."""
+        parent = offline.parent
+        if parent != self.folder:  # not the folder noted: remove only what is certainly this command's
+            if offline.name not in self.entries:
+                shutil.rmtree(offline, ignore_errors=True)
+            for link in parent.iterdir() if parent.is_dir() else ():
+                if link.is_symlink() and not link.exists():
+                    link.unlink(missing_ok=True)
+            return
+        if offline.name not in self.entries:
+            shutil.rmtree(offline, ignore_errors=True)
+        for link in parent.iterdir() if parent.is_dir() else ():
+            if not link.is_symlink():
+                continue
+            if link.name not in self.links:
+                if not link.exists():
+                    link.unlink(missing_ok=True)
+            elif os.readlink(link) != self.links[link.name]:
+                link.unlink(missing_ok=True)
+                link.symlink_to(self.links[link.name])
+        if not self.existed:
+            with contextlib.suppress(OSError):
+                parent.rmdir()  # only when empty
+
+
+def discard_empty_run(
+    trainer: pl.Trainer, start_step: int = 0, command: str = "fit", wandb_before: WandbFolderSnapshot | None = None
+) -> None:
+    """After a failed command (or a resume with nothing to train): remove the W&B offline run folder this command
+    opened and the run folder it made, unless it trained (a ``fit`` past ``start_step``) or the run folder holds a
+    checkpoint, a summary, metrics or results.
+
+    ``validate``, ``test`` and ``predict`` train nothing: a failed one leaves nothing, whatever step its checkpoint
+    holds (one that fails before the checkpoint is restored is at step 0).
 
     Args:
         trainer: the command's trainer.
         start_step: the step the command started from (a resumed ``fit``'s checkpoint); steps done since keep all.
+        command: the subcommand (``fit``, ``validate``, ``test``, ``predict``).
+        wandb_before: the ``wandb/`` folder as it was before the command (``WandbFolderSnapshot``); without it
+            the run folder is removed unless its name was there before, and dangling links with it.
     """
-    if trainer.global_step != start_step:
+    if command == "fit" and trainer.global_step > start_step:
         return  # steps were done: their logs and checkpoints stay, for --ckpt_path last
     logger = trainer.logger
     folder = run_directory(trainer)
@@ -38,10 +103,7 @@ def discard_empty_run(trainer: pl.Trainer, start_step: int = 0) -> None:
         offline = Path(experiment.dir).parent
         with contextlib.suppress(Exception):
             experiment.finish(exit_code=1)
-        shutil.rmtree(offline, ignore_errors=True)
-        for link in offline.parent.iterdir() if offline.parent.is_dir() else ():
-            if link.is_symlink() and not link.exists():  # latest-run, debug.log: pointed into the removed run
-                link.unlink(missing_ok=True)
+        (wandb_before or WandbFolderSnapshot(None)).remove_run(offline)
     if folder.is_dir() and not any((folder / name).exists() for name in _KEPT) and folder != Path.cwd():
         leftovers = [p for p in folder.iterdir() if not p.name.startswith("config") and p.name != "hparams.yaml"]
         if not leftovers and folder.resolve() != Path(trainer.default_root_dir).resolve():

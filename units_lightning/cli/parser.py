@@ -23,7 +23,7 @@ from units_lightning.callbacks.progress import ValidationProgress
 from units_lightning.callbacks.run_version import RecordRunVersion
 from units_lightning.cli.arguments import LIGHTNING_COMMANDS, UnitsArgumentParser
 from units_lightning.cli.checkpoints import checkpoint_overrides, overrides_report, resolve_ckpt_path, settle_save_dir
-from units_lightning.cli.cleanup import ConfigSnapshot, discard_empty_run
+from units_lightning.cli.cleanup import ConfigSnapshot, WandbFolderSnapshot, discard_empty_run, wandb_folder
 from units_lightning.cli.config_sources import inherited_arguments, reset_inherited
 from units_lightning.cli.interrupt import StopOnInterrupt
 from units_lightning.cli.console import (
@@ -61,6 +61,7 @@ class UnitsCLI(LightningCLI):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._output = contextlib.ExitStack()  # quiet logging and warnings, undone when the command ends
         self._restored_step: int | None = None
+        self._wandb_before: WandbFolderSnapshot | None = None
         self._command_args: list[str] = []
         try:
             super().__init__(*args, **kwargs)
@@ -185,17 +186,18 @@ class UnitsCLI(LightningCLI):
         resumed with a shorter length says so and leaves its files as they were, and a resumed run that goes on
         with another config keeps the one before as ``config.<n>.yaml``."""
         snapshot = ConfigSnapshot(self._config_paths(subcommand)) if self.trainer.is_global_zero else None
+        self._wandb_before = WandbFolderSnapshot(wandb_folder(self.trainer)) if snapshot is not None else None
         start = self._restored_step or 0
         try:
             with StopOnInterrupt(self.trainer) if subcommand == "fit" else contextlib.nullcontext():
                 super()._run_subcommand(subcommand)
         except MisconfigurationException as error:
             if subcommand != "fit" or self._restored_step is None or _PAST_THE_END not in str(error):
-                self._discard(snapshot, start)
+                self._discard(snapshot, start, subcommand)
                 raise
             self._nothing_to_train()  # Lightning restores the loops, then refuses: no step was taken
         except BaseException:
-            self._discard(snapshot, start)
+            self._discard(snapshot, start, subcommand)
             raise
         if snapshot is None:
             return
@@ -215,10 +217,12 @@ class UnitsCLI(LightningCLI):
             paths.append(folder / name)
         return paths
 
-    def _discard(self, snapshot: ConfigSnapshot | None, start: int) -> None:
+    def _discard(self, snapshot: ConfigSnapshot | None, start: int, subcommand: str) -> None:
+        """A failed command leaves nothing new: its config files put back, its W&B part and empty run folder
+        removed (a ``fit`` that took steps keeps them, for ``--ckpt_path last``)."""
         if snapshot is not None:
             snapshot.restore()
-            discard_empty_run(self.trainer, start)
+            discard_empty_run(self.trainer, start, subcommand, self._wandb_before)
 
     def before_fit(self) -> None:
         if type(self.trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # not one the config chose
@@ -251,7 +255,7 @@ class UnitsCLI(LightningCLI):
             f"unchanged in {run_directory(self.trainer)}",
             flush=True,
         )
-        discard_empty_run(self.trainer, self._restored_step or 0)
+        discard_empty_run(self.trainer, self._restored_step or 0, "fit", self._wandb_before)
 
     def after_test(self) -> None:
         if self.trainer.is_global_zero:
