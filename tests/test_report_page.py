@@ -271,3 +271,31 @@ def test_a_resumed_fit_says_which_steps_its_seconds_trained(tmp_path):
     }
     assert "  steps 400 (resumed at step 300: 100 steps in 62.2 s)" in format_summary(printed).splitlines()
     assert "  steps 300 in 68.3 s" in format_summary({**printed, "steps": 300, "start_step": 0, "wall_time_s": 68.3})
+
+
+def test_a_folder_with_nothing_to_show_is_refused_in_one_line(tmp_path, capsys):
+    # What a `test` that failed before its first batch left (before failed commands cleaned up after themselves):
+    # a W&B offline part with no rows and a run folder holding only its config_test.yaml.
+    import wandb
+
+    touched = tmp_path / "touched"
+    wandb.init(mode="offline", dir=touched, project="units-lightning", id="failedtest").finish()
+    (touched / "units-lightning" / "failedtest").mkdir(parents=True)
+    (touched / "units-lightning" / "failedtest" / "config_test.yaml").write_text("trainer: {}\n")
+    header_only = tmp_path / "header_only" / "lightning_logs" / "version_0"
+    header_only.mkdir(parents=True)
+    (header_only / "metrics.csv").write_text("epoch,step\n")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for folder in (touched, header_only, empty):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["report", str(folder)])
+        err = capsys.readouterr().err
+        assert exit_info.value.code != 0, folder
+        assert "nothing to show" in err and str(folder) in err and err.strip().count("\n") == 0, err
+        assert not (folder / "report").exists()
+    # Beside a run that has something to show, the empty one is named.
+    trained = make_run(tmp_path / "trained")
+    with pytest.raises(SystemExit):
+        main(["report", str(trained), str(header_only)])
+    assert f"nothing to show in {header_only}" in capsys.readouterr().err

@@ -25,9 +25,10 @@ from units_lightning.dashboard.charts import CHARTS, Chart
 from units_lightning.dashboard.page import Figure, Section, Table, render
 from units_lightning.dashboard.plots import draw, draw_compared, selective_accuracy, shift_probes, threshold_curves
 from units_lightning.dashboard.run_info import RunInfo, runs_to_report
-from units_lightning.runs import REPORT
+from units_lightning.dashboard.run_log import find_log
+from units_lightning.runs import REPORT, find_run_folders
 
-__all__ = ["Report", "build_report", "main"]
+__all__ = ["NothingToShow", "Report", "build_report", "main"]
 
 _NA = "n/a"
 _SOURCES = {"wandb": "W&B offline run", "csv": "CSV", "tensorboard": "TensorBoard"}  # RunLog.source, in words
@@ -48,6 +49,46 @@ class Report:
     images: list[Path]
     skipped: list[str]
     runs: list[RunInfo]
+
+
+class NothingToShow(ValueError):
+    """A folder with nothing for the report to draw: no summary, no test results, no logged metrics (an empty
+    folder, or one that only a command failing before its first step touched). A blank page would say less."""
+
+
+# Keys a logger writes with every row, which alone are no metric (W&B's own start with "_").
+_BOOKKEEPING = {"step", "epoch", "trainer/global_step"}
+
+
+def _has_something_to_show(run: RunInfo) -> bool:
+    """Whether ``run`` has a summary, test results or at least one logged metric."""
+    if run.summary is not None or run.results is not None:
+        return True
+    keys = run.log.keys if run.log is not None else set()
+    return any(not key.startswith("_") and key not in _BOOKKEEPING for key in keys)
+
+
+def _refuse_empty(paths: Sequence[str | Path], runs: list[RunInfo] | None = None) -> None:
+    """Raise ``NothingToShow`` for the first given folder without a run or a log, or (``runs``) the first run
+    with nothing to show, in one line."""
+    advice = "train with `units-lightning fit`, or name the folder of a run that has trained or been tested"
+    for given in paths if runs is None else ():
+        path = Path(given)
+        if not path.is_dir() or find_run_folders(path):
+            continue
+        try:
+            find_log(path)
+        except FileNotFoundError:
+            raise NothingToShow(
+                f"nothing to show in {path}: no run folder (summary.json, results.json, checkpoints/) and no log "
+                f"(W&B offline run, CSV metrics.csv, TensorBoard events) in it or below it; {advice}"
+            ) from None
+    for run in runs or ():
+        if not _has_something_to_show(run):
+            raise NothingToShow(
+                f"nothing to show in {run.folder}: no summary.json, no results.json and no logged metrics (a "
+                f"command that failed before its first step writes none); {advice}"
+            )
 
 
 def _slug(text: str) -> str:
@@ -379,12 +420,15 @@ def build_report(
     Raises:
         FileNotFoundError: a path that does not exist or holds no run and no log.
         ValueError: a folder holding several trained runs (name one), or labels that do not match the runs.
+        NothingToShow: a folder or run with no summary, no test results and no logged metrics.
     """
     import matplotlib
 
     matplotlib.use("Agg")
     paths = [run_dir] if isinstance(run_dir, str | Path) else list(run_dir)
+    _refuse_empty(paths)
     runs = runs_to_report(paths)
+    _refuse_empty(paths, runs)
     _labels(runs, labels)
     if out_dir is not None:
         out = Path(out_dir)
