@@ -120,7 +120,7 @@ def test_fit_without_labels_and_a_store_naming_a_removed_image_are_named(glyph_p
     (root / removed).unlink()
     with pytest.raises(ValueError, match=f"the label store names image '{removed}' of task 'task-002', which is not"):
         data.setup("fit")
-    with pytest.raises(ValueError, match="serves `fit` only, not `test`"):
+    with pytest.raises(ValueError, match="needs held-out query sets, but data.val_share is 0"):
         data.setup("test")
 
 

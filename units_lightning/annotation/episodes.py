@@ -8,12 +8,14 @@ model's sampler chooses among the candidates and its ``LabelLedger`` reveals the
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from units_lightning.annotation.holdout import HeldOutSet
 from units_lightning.annotation.images import load_pixels
 from units_lightning.annotation.label_store import LabelStore
 from units_lightning.annotation.layout import AnnotationProject
@@ -64,14 +66,23 @@ def check_tasks(project: AnnotationProject, spec: EpisodeSpec) -> None:
 
 
 def labeled_tasks(
-    project: AnnotationProject, store: LabelStore, spec: EpisodeSpec, image_shape: tuple[int, int, int]
-) -> tuple[TensorImages, list[LabeledTask]]:
-    """The training images (support images and labeled query images, decoded once) and every task with labels.
+    project: AnnotationProject,
+    store: LabelStore,
+    spec: EpisodeSpec,
+    image_shape: tuple[int, int, int],
+    held_out: Collection[tuple[str, ...]] = frozenset(),
+) -> tuple[TensorImages, list[LabeledTask], list[HeldOutSet]]:
+    """The images (support images and labeled query images, decoded once), every task with labeled query sets to
+    train on, and the held-out query sets.
+
+    Args:
+        held_out: the query sets (by their images) that validate instead of training (``holdout.held_out_sets``):
+            they are left out of the tasks' ``query_sets`` (a task whose every set is held out does not train).
 
     Raises:
         ValueError: the project does not fit ``spec`` (``check_tasks``); no query set is labeled yet; the store
             names an image or task the project no longer has, a class its task does not have, or a query set of
-            another size than ``n_way * query_shots``.
+            another size than ``n_way * query_shots``; every labeled query set is held out.
     """
     check_tasks(project, spec)
     set_size = spec.n_way * spec.query_shots
@@ -79,7 +90,7 @@ def labeled_tasks(
     names: list[str] = []
     class_names: list[str] = []
     labels: list[int] = []
-    tasks = []
+    tasks, validation = [], []
     for task in project.tasks:
         labeled = store.query_sets(task.name)
         if not labeled:
@@ -91,6 +102,7 @@ def labeled_tasks(
             support.append(np.arange(len(names), len(names) + len(images)))
             names += images
             labels += [first_class + position] * len(images)
+        classes = np.arange(first_class, first_class + task.n_way)
         query_sets, query_labels = [], []
         for query_set in labeled:
             if len(query_set.images) != set_size:
@@ -111,26 +123,38 @@ def labeled_tasks(
                         f"the label store gives image {image!r} class {label!r}, not one of task {task.name!r}'s"
                     )
                 positions.append(task.classes.index(label))
-            query_sets.append(np.arange(len(names), len(names) + set_size))
-            query_labels.append(positions)
+            indices = np.arange(len(names), len(names) + set_size)
+            if query_set.images in held_out:
+                validation.append(
+                    HeldOutSet(task.name, classes, tuple(support), indices, np.asarray(positions, dtype=np.int64))
+                )
+            else:
+                query_sets.append(indices)
+                query_labels.append(positions)
             names += query_set.images
             labels += [first_class + p for p in positions]
-        tasks.append(
-            LabeledTask(
-                task.name,
-                np.arange(first_class, first_class + task.n_way),
-                tuple(support),
-                np.stack(query_sets),
-                np.asarray(query_labels, dtype=np.int64),
+        if query_sets:
+            tasks.append(
+                LabeledTask(
+                    task.name,
+                    classes,
+                    tuple(support),
+                    np.stack(query_sets),
+                    np.asarray(query_labels, dtype=np.int64),
+                )
             )
-        )
-    if not tasks:
+    if not tasks and not validation:
         raise ValueError(
             f"no query set of {project.root} is labeled yet: run `units-lightning select`, label the batch and "
             "`units-lightning ingest` it first (docs/ANNOTATION.md)"
         )
+    if not tasks:
+        raise ValueError(
+            f"all {len(validation)} labeled query set(s) of {project.root} are held out for validation "
+            "(data.val_share): label more query sets, or lower data.val_share"
+        )
     images = TensorImages(load_pixels(project, names, image_shape), torch.tensor(labels), class_names, split="train")
-    return images, tasks
+    return images, tasks, validation
 
 
 def draw_labeled_episode(
