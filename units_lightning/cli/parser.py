@@ -89,7 +89,8 @@ class UnitsCLI(LightningCLI):
             type=Literal[PROGRESS_MODES],  # choices= would show jsonargparse's wrapper as the type in --help
             default="validation",
             help="validation: one line per validation with the accuracy and beliefs (Lightning's and W&B's "
-            "notices hidden); steps: Lightning's progress bar, redrawn at every step, and every notice.",
+            "notices hidden), and on a terminal a heartbeat (step, steps/s, ETA) at most every 30 s between them; "
+            "steps: Lightning's progress bar, redrawn at every step, and every notice.",
         )
 
     def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs: Any) -> Any:
