@@ -102,7 +102,8 @@ def test_report_without_logs_says_what_it_looked_for(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["report", str(tmp_path)])
     assert exit_info.value.code == 2
-    assert "no logs in" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert f"nothing to show in {tmp_path}" in error and "units-lightning fit" in error  # what it looked for, and the way on
 
 
 def test_dashboard_command_dry_run_prints_the_keys(capsys):
