@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from units_lightning.atomic import write_atomically
+
 __all__ = [
     "METRICS",
     "SEGMENTS",
@@ -90,16 +92,14 @@ def keep_metrics(folder: str | os.PathLike, first_index: int = 0) -> list[Path]:
 
 
 def save_segment(folder: str | os.PathLike, index: int) -> Path | None:
-    """Copy the ``metrics.csv`` of the log folder ``folder`` to ``metrics/segment-<index>.csv`` (through a temporary
-    file and a rename: a kill never leaves half a segment). The path written, or None without a ``metrics.csv``."""
+    """Copy the ``metrics.csv`` of the log folder ``folder`` to ``metrics/segment-<index>.csv`` (``write_atomically``:
+    a kill never leaves half a segment). The path written, or None without a ``metrics.csv``."""
     source = Path(folder) / METRICS
     if not source.is_file():
         return None
     target = Path(folder) / SEGMENTS / f"segment-{index:02d}.csv"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    shutil.copyfile(source, temporary)
-    os.replace(temporary, target)
+    with open(source, "rb") as metrics:
+        write_atomically(target, lambda file: shutil.copyfileobj(metrics, file))
     return target
 
 
