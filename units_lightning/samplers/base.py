@@ -213,6 +213,10 @@ class TaskSampler:
         return torch.ones_like(scores, dtype=torch.bool)
 
     def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(tasks={self.tasks}, query_sets={self.query_sets}, warmup_steps={self.warmup_steps})"
-        )
+        fields = f"tasks={self.tasks}, query_sets={self.query_sets}, warmup_steps={self.warmup_steps}"
+        extra = self._repr_fields()
+        return f"{type(self).__name__}({fields}{', ' + extra if extra else ''})"
+
+    def _repr_fields(self) -> str:
+        """A subclass's own constructor arguments, as ``__repr__`` shows them after the shared ones."""
+        return ""

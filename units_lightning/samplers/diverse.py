@@ -52,9 +52,5 @@ class DiverseSampler(MultiQuerySampler):
         rounds = 1 if available is None else None  # a training step keeps the first round only
         return diverse_order(base, set_features(evidence), self.weight, available, rounds)
 
-    def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(tasks={self.tasks}, query_sets={self.query_sets}, "
-            f"warmup_steps={self.warmup_steps}, "
-            f"scorer={self.scorer!r}, weight={self.weight})"
-        )
+    def _repr_fields(self) -> str:
+        return f"scorer={self.scorer!r}, weight={self.weight}"

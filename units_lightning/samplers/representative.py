@@ -52,9 +52,5 @@ class TypicalitySampler(MultiQuerySampler):
         valid = None if available is None else available.flatten()
         return typical_cluster_points(features, clusters, self.neighbours, valid).view(num_tasks, num_sets)
 
-    def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(tasks={self.tasks}, query_sets={self.query_sets}, "
-            f"warmup_steps={self.warmup_steps}, "
-            f"clusters={self.clusters}, neighbours={self.neighbours})"
-        )
+    def _repr_fields(self) -> str:
+        return f"clusters={self.clusters}, neighbours={self.neighbours}"

@@ -78,9 +78,5 @@ class StochasticSampler(MultiQuerySampler):
         """One set per task during warm-up (a CUDA graph may replay it); None after: the step runs eagerly."""
         return self.tasks if self.warming_up(step) else None
 
-    def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(tasks={self.tasks}, query_sets={self.query_sets}, "
-            f"warmup_steps={self.warmup_steps}, "
-            f"scorer={self.scorer!r}, temperature={self.temperature}, mode={self.mode!r}, seed={self.seed})"
-        )
+    def _repr_fields(self) -> str:
+        return f"scorer={self.scorer!r}, temperature={self.temperature}, mode={self.mode!r}, seed={self.seed}"
