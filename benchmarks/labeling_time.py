@@ -233,7 +233,8 @@ def run_arm(
             step = round_ * num_tasks + t  # a stochastic sampler's noise differs by task and round
             chosen = choose(sampler, evidence[t] if evidence is not None else None, lam, setting.per_round, step)
             taken = [p for q in chosen.tolist() for p in sets[t][q]]
-            remaining[t] = [p for p in remaining[t] if p not in set(taken)]
+            labeled_now = set(taken)
+            remaining[t] = [p for p in remaining[t] if p not in labeled_now]
             picked.append(taken)
         labeled = torch.cat([labeled, torch.tensor(picked, device=labeled.device)], dim=1)
     return curve
