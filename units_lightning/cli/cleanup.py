@@ -11,6 +11,7 @@ from pathlib import Path
 import lightning.pytorch as pl
 from lightning.pytorch.loggers import WandbLogger
 
+from units_lightning.atomic import write_atomically
 from units_lightning.cli.console import is_offline
 from units_lightning.csv_history import METRICS, SEGMENTS
 from units_lightning.runs import CHECKPOINTS, RESULTS, SUMMARY, run_directory
@@ -54,25 +55,19 @@ class WandbFolderSnapshot:
         """Remove the run folder ``offline`` unless it was there before, point the links back where they pointed
         and remove the ``wandb/`` folder itself where the command made it and it is now empty."""
         parent = offline.parent
-        if parent != self.folder:  # not the folder noted: remove only what is certainly this command's
-            if offline.name not in self.entries:
-                shutil.rmtree(offline, ignore_errors=True)
-            for link in parent.iterdir() if parent.is_dir() else ():
-                if link.is_symlink() and not link.exists():
-                    link.unlink(missing_ok=True)
-            return
         if offline.name not in self.entries:
             shutil.rmtree(offline, ignore_errors=True)
+        noted = parent == self.folder  # elsewhere, remove only what is certainly this command's: dangling links
         for link in parent.iterdir() if parent.is_dir() else ():
             if not link.is_symlink():
                 continue
-            if link.name not in self.links:
-                if not link.exists():
+            if noted and link.name in self.links:
+                if os.readlink(link) != self.links[link.name]:
                     link.unlink(missing_ok=True)
-            elif os.readlink(link) != self.links[link.name]:
+                    link.symlink_to(self.links[link.name])
+            elif not link.exists():
                 link.unlink(missing_ok=True)
-                link.symlink_to(self.links[link.name])
-        if not self.existed:
+        if noted and not self.existed:
             with contextlib.suppress(OSError):
                 parent.rmdir()  # only when empty
 
@@ -133,7 +128,7 @@ class ConfigSnapshot:
             if content is None:
                 path.unlink(missing_ok=True)
             elif not path.is_file() or path.read_bytes() != content:
-                path.write_bytes(content)
+                write_atomically(path, lambda file, content=content: file.write(content))
 
     def keep_previous(self) -> None:
         for path, content in self.before.items():
@@ -142,4 +137,4 @@ class ConfigSnapshot:
             number = 1
             while (kept := path.with_name(f"{path.stem}.{number}{path.suffix}")).exists():
                 number += 1
-            kept.write_bytes(content)
+            write_atomically(kept, lambda file, content=content: file.write(content))
