@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import CSVLogger
 from tiny_setup import QUICKSTART, TINY_QUICKSTART, tiny_data, tiny_model, tiny_trainer
 
@@ -141,24 +140,13 @@ TINY = [
 KILL_AT = 11  # last.ckpt holds step 9 then
 
 
-class SigkillAtStep(Callback):
-    """Kill the process, without any chance to clean up, when ``step`` optimizer steps are done."""
-
-    def __init__(self, step: int):
-        self.step = step
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        if trainer.global_step == self.step:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-
 @pytest.mark.slow
 def test_a_csv_logged_fit_killed_then_resumed_keeps_every_steps_metrics(tmp_path, capsys):
     from units_lightning.cli import cli_main
 
     args = ["fit", "--config", str(QUICKSTART), *TINY, f"--trainer.default_root_dir={tmp_path}"]
     args.append(f"--trainer.logger.init_args.save_dir={tmp_path}")
-    kill = f'{{"class_path": "test_csv_history.SigkillAtStep", "init_args": {{"step": {KILL_AT}}}}}'
+    kill = f'{{"class_path": "tiny_setup.SigkillAtStep", "init_args": {{"step": {KILL_AT}}}}}'
     path = os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": str(torch.get_num_threads())}
     killed = subprocess.run(

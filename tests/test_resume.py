@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from lightning.pytorch.callbacks import Callback
 from tiny_setup import QUICKSTART, REPO, TINY_QUICKSTART
 
 from units_lightning.resume import RUN_KEY, AtomicCheckpointIO, best_checkpoint, find_last_checkpoint, stored_run
@@ -29,17 +28,6 @@ TINY = [
     "--data.sampler.init_args.warmup_steps=2",  # task selection (scores, chosen sets) from step 2 on
 ]
 KILL_AT = 11  # last.ckpt holds step 9 then: steps 10 and 11 are lost and done again
-
-
-class SigkillAtStep(Callback):
-    """Kill the process, without any chance to clean up, when ``step`` optimizer steps are done."""
-
-    def __init__(self, step: int):
-        self.step = step
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        if trainer.global_step == self.step:
-            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _env() -> dict[str, str]:
@@ -69,7 +57,7 @@ def test_sigkill_halfway_then_ckpt_path_last_ends_bitwise_equal_to_an_uninterrup
 
     reference, run = tmp_path / "reference", tmp_path / "run"
     # The run that is killed: the command line in its own process, with the quick start's offline W&B logger.
-    kill = f'{{"class_path": "test_resume.SigkillAtStep", "init_args": {{"step": {KILL_AT}}}}}'
+    kill = f'{{"class_path": "tiny_setup.SigkillAtStep", "init_args": {{"step": {KILL_AT}}}}}'
     command = [sys.executable, "-m", "units_lightning", *_args(run, f"--trainer.logger.init_args.save_dir={run}")]
     killed = subprocess.Popen(
         [*command, f"--trainer.callbacks+={kill}"],

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback
 
 from units_lightning.data import SyntheticGlyphsDataModule
 from units_lightning.module import UnitsMAML
@@ -105,3 +106,14 @@ def run_two_rank_script(tmp_path: Path, script: str, timeout: float = 300) -> di
     results = {r["rank"]: r for r in (json.loads(p.read_text()) for p in tmp_path.glob("result_*.json"))}
     assert set(results) == {0, 1}
     return results
+
+
+class SigkillAtStep(Callback):
+    """Kill the process, without any chance to clean up, when ``step`` optimizer steps are done."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
