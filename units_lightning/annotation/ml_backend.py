@@ -29,10 +29,10 @@ from typing import Any
 import torch
 
 from units_lightning.annotation.answers import CHOICES_NAME, IMAGE_KEY
-from units_lightning.annotation.images import load_pixels, to_float
 from units_lightning.annotation.label_store import LabelStore
 from units_lightning.annotation.label_studio import HINT_VACUITY, IMAGE_NAME
 from units_lightning.annotation.layout import AnnotationProject
+from units_lightning.annotation.selection import adapted_evidence
 from units_lightning.belief import belief, dissonance, expected_probability, vacuity
 from units_lightning.module import UnitsMAML
 
@@ -113,18 +113,11 @@ class Predictor:
             )
         return out.query_sets[number].images
 
-    @torch.no_grad()
     def evidence(self, task_name: str, images: Sequence[str]) -> torch.Tensor:
-        """(M, N) evidence of ``images`` (one query set of task ``task_name``) after adapting to its support set."""
+        """(M, N) evidence of ``images`` (one query set of task ``task_name``) after adapting to its support set, as
+        ``select`` scores them (``adapted_evidence``)."""
         task = self.project.task(task_name)
-        support = [image for images_ in task.support for image in images_]
-        device = self.model.device
-        support_y = torch.tensor([c for c, images_ in enumerate(task.support) for _ in images_], device=device)
-        support_x = to_float(load_pixels(self.project, support, self.image_shape)).to(device)
-        query_x = to_float(load_pixels(self.project, list(images), self.image_shape)).to(device)
-        with torch.enable_grad():  # the inner loop adapts with gradients
-            logits = self.model.adapt_and_predict_sets(support_x[None], support_y[None], [query_x[None]])
-        return self.model.loss.evidence(logits[0][0].detach()).cpu()
+        return adapted_evidence(self.model, self.project, task, [tuple(images)], self.image_shape)[0]
 
     def predict(self, tasks: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """One prediction per task (an empty one where the model is unsure), in Label Studio's ML backend form."""

@@ -37,6 +37,7 @@ from units_lightning.samplers.acquisition import units_score
 
 __all__ = [
     "Candidates",
+    "adapted_evidence",
     "candidate_query_sets",
     "choose_query_sets",
     "score_candidates",
@@ -116,16 +117,29 @@ def score_candidates(
         candidates = candidate_query_sets(pool, set_size, count, rng)
         if not candidates:
             continue
-        support = [image for images in task.support for image in images]
-        support_y = torch.tensor([c for c, images in enumerate(task.support) for _ in images], device=model.device)
-        support_x = _task_pixels(project, support, image_shape, model.device)
-        query_x = _task_pixels(project, [i for s in candidates for i in s], image_shape, model.device)
-        query_x = query_x.view(len(candidates), set_size, *query_x.shape[1:])
-        logits = model.adapt_and_predict_sets(support_x[None], support_y[None], [q[None] for q in query_x])
         tasks.append(task)
         sets.append(candidates)
-        evidence.append(model.loss.evidence(torch.cat(logits)).cpu())  # (Q_t, M, N)
+        evidence.append(adapted_evidence(model, project, task, candidates, image_shape))  # (Q_t, M, N)
     return Candidates(tasks, sets, _scores(evidence, lam, sampler), evidence)
+
+
+def adapted_evidence(
+    model: UnitsMAML,
+    project: AnnotationProject,
+    task: AnnotationTask,
+    query_sets: Sequence[Sequence[str]],
+    image_shape: tuple[int, int, int],
+) -> Tensor:
+    """(Q, M, N) evidence of the images of ``query_sets`` (Q sets of M images of ``task``), on the CPU: the model
+    adapts once to the task's whole support set (every support image) and predicts each set in its own pass (batch
+    norm uses the set's statistics)."""
+    support = [image for images in task.support for image in images]
+    support_y = torch.tensor([c for c, images in enumerate(task.support) for _ in images], device=model.device)
+    support_x = _task_pixels(project, support, image_shape, model.device)
+    query_x = _task_pixels(project, [i for s in query_sets for i in s], image_shape, model.device)
+    query_x = query_x.view(len(query_sets), len(query_sets[0]), *query_x.shape[1:])
+    logits = model.adapt_and_predict_sets(support_x[None], support_y[None], [q[None] for q in query_x])
+    return model.loss.evidence(torch.cat(logits)).cpu()
 
 
 def _scores(evidence: Sequence[Tensor], lam: float, sampler: TaskSampler | None) -> Tensor:
