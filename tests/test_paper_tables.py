@@ -1,6 +1,7 @@
 """``benchmarks/paper_tables.py``: the grid of runs, its commands, skipping and resuming, stopping in time, the
 confidence intervals, the tables and plots, and one real end-to-end run through the command line."""
 
+import importlib
 import json
 import math
 import os
@@ -19,7 +20,7 @@ from tiny_setup import QUICKSTART, REPO, tiny_data, tiny_model, tiny_trainer
 
 from benchmarks.tables import cli, folders, grid, launcher, metrics, reference, report, statistics
 from units_lightning.resume import find_last_checkpoint
-from units_lightning.samplers import MultiQuerySampler, RandomSampler, SingleTaskSelectionSampler
+from units_lightning.samplers import MultiQuerySampler, RandomSampler
 
 BUDGET_CONFIGS = grid.GROUPS["budget"]
 
@@ -101,8 +102,8 @@ def _sampler_of(config, method):
     for option in grid.method_overrides(grid.METHODS[method], config):
         if option.startswith("--data.sampler="):
             spec = json.loads(option.removeprefix("--data.sampler="))
-            classes = {"RandomSampler": RandomSampler, "SingleTaskSelectionSampler": SingleTaskSelectionSampler}
-            return classes[spec["class_path"].rsplit(".", 1)[-1]](**spec["init_args"])
+            module, name = spec["class_path"].rsplit(".", 1)
+            return getattr(importlib.import_module(module), name)(**spec["init_args"])
     assert config.sampler.endswith("MultiQuerySampler")
     return MultiQuerySampler(**config.sampler_args)
 
@@ -127,8 +128,8 @@ def test_every_method_labels_as_many_query_sets_per_step(name):
 
 def test_budget_configs_are_tested_at_their_milestones_and_standard_ones_by_their_top_k():
     budget = grid.read_config(REPO / "configs" / "budget_omniglot_5w1s.yaml")
-    assert budget.kind == "budget" and budget.milestones == reference.BUDGET_POINTS
-    assert [t.name for t in grid.targets_of(budget)] == ["labels-04000", "labels-08000", "labels-10000"]
+    assert budget.kind == "budget" and budget.milestones == (2000, *reference.BUDGET_POINTS)
+    assert [t.name for t in grid.targets_of(budget)] == ["labels-02000", "labels-04000", "labels-08000", "labels-10000"]
     assert [t.name for t in grid.targets_of(grid.read_config(REPO / "configs" / "cifarfs_5w5s.yaml"))] == ["top3-val"]
     assert [t.name for t in grid.targets_of(grid.read_config(REPO / "configs" / "omniglot_5w1s.yaml"))] == ["top1-val"]
 
@@ -162,7 +163,7 @@ def _fake_checkpoint(folder: Path, step: int) -> Path:
 
 
 def _fake_milestones(folder: Path) -> None:
-    for milestone in (4000, 8000, 10000):
+    for milestone in (2000, 4000, 8000, 10000):
         path = folder / "logs" / "version_0" / "checkpoints" / "milestones" / f"labels-{milestone:05d}.ckpt"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"")
@@ -204,7 +205,7 @@ def test_the_dry_run_lists_every_run_with_its_commands_and_what_is_done(tmp_path
     assert out.startswith(f"3 runs under {options.root}: 1 done, 2 partial\n")
     assert "budget_omniglot_5w1s / Units-ML / seed 0: done\n" in out
     assert "budget_omniglot_5w1s / Units-ML / seed 1: partial: last.ckpt at step 7\n" in out
-    assert "budget_omniglot_5w1s / Units-ML / seed 2: partial: fit finished, 1 of 3 tests done\n" in out
+    assert "budget_omniglot_5w1s / Units-ML / seed 2: partial: fit finished, 1 of 4 tests done\n" in out
     blocks = out.split("\n\n")
     assert "fit:" not in blocks[1]  # a finished run has nothing to do
     fit_line = next(line for line in blocks[2].splitlines() if line.startswith("  fit: "))
@@ -215,12 +216,13 @@ def test_the_dry_run_lists_every_run_with_its_commands_and_what_is_done(tmp_path
     assert f"--trainer.default_root_dir={partial.folder}" in fit_line
     tests = [line for line in blocks[3].splitlines() if line.startswith("  test ")]
     assert [t.split(":")[0] for t in tests] == [
+        "  test labels-02000 (to do)",
         "  test labels-04000 (done)",
         "  test labels-08000 (to do)",
         "  test labels-10000 (to do)",
     ]
-    assert "--trainer.logger=false" in tests[1] and "--seed_everything" not in tests[1]  # the config's test tasks
-    assert tests[1].endswith(f"--ckpt_path={tested.folder}/logs/version_0/checkpoints/milestones/labels-08000.ckpt")
+    assert "--trainer.logger=false" in tests[2] and "--seed_everything" not in tests[2]  # the config's test tasks
+    assert tests[2].endswith(f"--ckpt_path={tested.folder}/logs/version_0/checkpoints/milestones/labels-08000.ckpt")
     # Before its fit has written them, where the milestone checkpoints will be.
     assert f"--ckpt_path={partial.folder}/*/*/checkpoints/milestones/labels-04000.ckpt" in blocks[2]
 
@@ -255,11 +257,11 @@ def test_finished_runs_are_skipped_and_the_others_continued_where_they_stopped(t
         ("fit", "--ckpt_path=last"),  # the partial run resumes from its last.ckpt
         *[
             ("test", f"--ckpt_path={partial.folder}/logs/version_0/checkpoints/milestones/labels-{m:05d}.ckpt")
-            for m in (4000, 8000, 10000)
+            for m in (2000, 4000, 8000, 10000)
         ],
         *[
             ("test", f"--ckpt_path={tested.folder}/logs/version_0/checkpoints/milestones/labels-{m:05d}.ckpt")
-            for m in (8000, 10000)
+            for m in (2000, 8000, 10000)
         ],  # the fit of the third had finished, and its first test too
     ]
     for run in (partial, tested):
@@ -267,7 +269,7 @@ def test_finished_runs_are_skipped_and_the_others_continued_where_they_stopped(t
         record = json.loads((run.folder / folders.RECORD).read_text())
         assert record["identity"] == grid.fit_identity(run, options) and record["fit"]["finished"]
     record = json.loads((partial.folder / folders.RECORD).read_text())
-    assert set(record["tests"]) == {"test-labels-04000", "test-labels-08000", "test-labels-10000"}
+    assert set(record["tests"]) == {"test-labels-02000", "test-labels-04000", "test-labels-08000", "test-labels-10000"}
     assert {e["returncode"] for e in record["tests"].values()} == {0} and record["fit"]["segments"][0]["wall_s"] >= 0
     # A second call has nothing left to do.
     again = FakeLauncher()
@@ -318,7 +320,7 @@ def test_a_fit_killed_after_spending_its_budget_counts_as_finished(tmp_path):
     options, (_, partial, _) = _prepare(tmp_path)
     last = _fake_checkpoint(partial.folder, step=5000)
     torch.save({"global_step": 5000, "label_ledger": {"query_sets": 10000}}, last)
-    assert folders.status(partial, options) == "partial: fit finished, 0 of 3 tests done"
+    assert folders.status(partial, options) == "partial: fit finished, 0 of 4 tests done"
     torch.save({"global_step": 4999, "label_ledger": {"query_sets": 9998}}, last)
     assert folders.status(partial, options) == "partial: last.ckpt at step 4999"
 
@@ -508,6 +510,7 @@ def test_tables_hold_mean_and_ci_over_seeds_beside_the_papers_numbers(tmp_path):
     for run in budget:
         for offset, name in enumerate(("labels-04000", "labels-08000", "labels-10000")):
             _finish_test(run, name, accuracy[run.method][run.seed] + offset / 100)
+        _finish_test(run, "labels-02000", accuracy[run.method][run.seed] - 0.05)
     for run in standard:
         below = ((0.2, 0.60 + run.seed / 100, 0.5), (0.1, None, 0.0))
         _finish_test(run, "top3-val", 0.50 + run.seed / 100, below=below)
@@ -536,9 +539,9 @@ def test_tables_hold_mean_and_ci_over_seeds_beside_the_papers_numbers(tmp_path):
     assert tables["standard"]["miniimagenet_5w1s"]["Units-ML"]["vacuity<0.1"]["accuracy"]["n"] == 0  # none kept
 
     text = written["markdown"].read_text()
-    assert "| Units-ML | 92.00 ± 4.97 (3) | 93.00 ± 4.97 (3) | 94.00 ± 4.97 (3) |" in text
-    assert "| Units-ML, paper | 95.00 | 97.90 | 98.23 |" in text
-    assert "| MAML, paper | 73.44 | 80.18 | 85.56 |" in text
+    assert "| Units-ML | 87.00 ± 4.97 (3) | 92.00 ± 4.97 (3) | 93.00 ± 4.97 (3) | 94.00 ± 4.97 (3) |" in text
+    assert "| Units-ML, paper |  | 95.00 | 97.90 | 98.23 |" in text  # the paper has no 2,000 column
+    assert "| MAML, paper |  | 73.44 | 80.18 | 85.56 |" in text
     ci = statistics.student_t_quantile(0.975, 1) * math.sqrt(0.5) / math.sqrt(2)  # two seeds 50, 51: std sqrt(0.5)
     assert (
         f"| miniimagenet_5w1s | 50.50 ± {ci:.2f} (2) | 50.50 ± {ci:.2f} (2) | 60.50 ± {ci:.2f} (2), 50.0% kept |"
@@ -664,6 +667,7 @@ def test_units_ml_and_units_nts_are_compared_seed_by_seed(tmp_path):
     for run in budget:
         for offset, name in enumerate(("labels-04000", "labels-08000", "labels-10000")):
             _finish_test(run, name, accuracy[run.method][run.seed] + offset / 100)
+        _finish_test(run, "labels-02000", accuracy[run.method][run.seed] - 0.05)
     for run in standard:
         _finish_test(run, "top1-val", accuracy[run.method][run.seed])
     finished = [*budget, *standard]

@@ -37,6 +37,16 @@ CROSS_ENTROPY = "units_lightning.losses.CrossEntropyLoss"
 RANDOM = "units_lightning.samplers.RandomSampler"
 SINGLE_TASK = "units_lightning.samplers.SingleTaskSelectionSampler"
 MULTI_QUERY = "units_lightning.samplers.MultiQuerySampler"
+ACQUISITIONS = {
+    "Vacuity": "units_lightning.samplers.VacuitySampler",
+    "Entropy": "units_lightning.samplers.EntropySampler",
+    "Margin": "units_lightning.samplers.MarginSampler",
+    "Typicality": "units_lightning.samplers.TypicalitySampler",
+    "Stochastic": "units_lightning.samplers.StochasticSampler",
+    "Diverse": "units_lightning.samplers.DiverseSampler",
+}
+"""Issue 31's acquisition functions as methods: the evidential loss, the config's ``MultiQuerySampler`` arguments
+(tasks, query sets, warm-up) given to another scorer of the same candidates."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +65,7 @@ METHODS = {
         Method("Units-NTS", EVIDENTIAL, RANDOM),
         Method("Units-ST", EVIDENTIAL, SINGLE_TASK),
         Method("Units-ML", EVIDENTIAL, MULTI_QUERY),
+        *(Method(name, EVIDENTIAL, sampler) for name, sampler in ACQUISITIONS.items()),
     )
 }
 DEFAULT_METHODS = {"budget": ("MAML", "Units-NTS", "Units-ML"), "standard": ("Units-NTS", "Units-ML")}
@@ -156,17 +167,21 @@ def method_overrides(method: Method, config: ConfigInfo) -> list[str]:
     """The command-line overrides that turn ``config`` into ``method``, labeling as many query sets per step.
 
     Raises:
-        ValueError: Units-ML asked of a config whose sampler is not a ``MultiQuerySampler``.
+        ValueError: Units-ML (or an acquisition) asked of a config whose sampler is not a ``MultiQuerySampler``.
     """
     overrides = []
     if config.loss != method.loss:
         overrides.append(f"--model.loss={method.loss}")
     tasks = int(config.sampler_args.get("tasks", 8))
-    if method.sampler == MULTI_QUERY:
+    if method.sampler == MULTI_QUERY or method.sampler in ACQUISITIONS.values():
         if config.sampler != MULTI_QUERY:
             raise ValueError(
-                f"{config.name}: Units-ML uses the config's MultiQuerySampler, but its sampler is {config.sampler}"
+                f"{config.name}: {method.name} uses the config's MultiQuerySampler, but its sampler is {config.sampler}"
             )
+        if method.sampler != MULTI_QUERY:
+            keys = ("tasks", "query_sets", "warmup_steps")
+            args = {k: config.sampler_args[k] for k in keys if k in config.sampler_args}
+            overrides.append(f"--data.sampler={_json({'class_path': method.sampler, 'init_args': args})}")
     elif method.sampler == RANDOM:
         overrides.append(f"--data.sampler={_json({'class_path': RANDOM, 'init_args': {'tasks': tasks}})}")
     elif method.sampler == SINGLE_TASK:
