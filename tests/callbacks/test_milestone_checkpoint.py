@@ -143,5 +143,5 @@ def test_every_budget_config_saves_the_papers_budget_points_within_its_budget(na
     config = yaml.safe_load((REPO / "configs" / f"{name}.yaml").read_text())
     (milestone,) = [c for c in config["trainer"]["callbacks"] if c["class_path"].endswith(".MilestoneCheckpoint")]
     assert milestone["class_path"] == "units_lightning.callbacks.MilestoneCheckpoint"
-    assert milestone["init_args"]["milestones"] == [4000, 8000, 10000]
+    assert milestone["init_args"]["milestones"] == [2000, 4000, 8000, 10000]
     assert config["model"]["label_budget"] == 10000
