@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tiny_setup import QUICKSTART, REPO, TINY_QUICKSTART
+from tiny_setup import QUICKSTART, TINY_QUICKSTART
 
 FAST = [*TINY_QUICKSTART, "--trainer.limit_train_batches=3"]  # 6 steps
 COMMAND = [str(Path(sys.executable).parent / "units-lightning")]
@@ -74,7 +74,17 @@ def _refusal(tmp_path: Path, capsys, checkpoint: Path) -> str:
     from units_lightning.cli import main
 
     with pytest.raises(SystemExit) as stopped:
-        main(["test", "--config", str(QUICKSTART), *FAST, f"--trainer.default_root_dir={tmp_path}", "--ckpt_path", str(checkpoint)])
+        main(
+            [
+                "test",
+                "--config",
+                str(QUICKSTART),
+                *FAST,
+                f"--trainer.default_root_dir={tmp_path}",
+                "--ckpt_path",
+                str(checkpoint),
+            ]
+        )
     err = capsys.readouterr().err
     assert stopped.value.code == 1 and "Traceback" not in err
     assert "mmap" not in err and "_use_new_zipfile_serialization" not in err and "weights_only" not in err
@@ -115,10 +125,18 @@ def test_ctrl_c_on_fit_saves_last_ckpt_and_says_how_to_resume(tmp_path):
 
     import torch
 
-    args = [*FAST, "--trainer.max_epochs=30", "--trainer.limit_train_batches=10", f"--trainer.default_root_dir={tmp_path}"]
+    args = [
+        *FAST,
+        "--trainer.max_epochs=30",
+        "--trainer.limit_train_batches=10",
+        f"--trainer.default_root_dir={tmp_path}",
+    ]
     process = subprocess.Popen(
-        [*COMMAND, "fit", "--config", str(QUICKSTART), *args], cwd=tmp_path, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
+        [*COMMAND, "fit", "--config", str(QUICKSTART), *args],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.monotonic() + 120
     while not list(tmp_path.glob("units-lightning/*/checkpoints/last.ckpt")) and time.monotonic() < deadline:
@@ -140,7 +158,7 @@ def test_fit_help_shows_the_progress_modes_and_best_among_the_checkpoint_keyword
     from units_lightning.cli import main
 
     with pytest.raises(SystemExit):
-        main(["fit", "--help"])
+        main(["fit", "--help-full"])  # jsonargparse's full list (`--help` is the short page: tests/test_cli_help.py)
     out = capsys.readouterr().out
     assert "<lambda>" not in out and "function" not in out.split("--progress", 1)[1].split("\n  --", 1)[0]
     entry = out[out.rindex("--ckpt_path CKPT_PATH") :].split("\n  --", 1)[0]

@@ -6,7 +6,10 @@ file written, and bad input as one paragraph without a traceback (``--debug`` or
 shows it). Every run has one folder (``units_lightning.runs``) that ``test``, ``report`` and ``--ckpt_path
 last`` / ``best`` find again.
 
-- ``dispatch``: ``main`` (the console script), ``--help`` and the package's own commands;
+- ``dispatch``: ``main`` (the console script), ``--help`` and the package's own commands; it imports nothing
+  heavy, and neither does this package until one of its names is read;
+- ``preflight``: what a Lightning command answers before Lightning loads (its short ``--help``, a missing
+  ``--config`` file);
 - ``parser``: ``UnitsCLI`` and ``cli_main``, the Lightning commands;
 - ``arguments``: ``UnitsArgumentParser``, the command line's errors as one paragraph each;
 - ``config_sources``: a class given in a config file starts from its own defaults, not the replaced class's;
@@ -15,10 +18,30 @@ last`` / ``best`` find again.
 - ``console``: the quiet display and the fit summary as printed; ``cleanup``: no empty run left behind.
 """
 
-from units_lightning.callbacks.summary_writer import fit_summary
-from units_lightning.cli.arguments import LIGHTNING_COMMANDS, UnitsArgumentParser
-from units_lightning.cli.dispatch import COMMANDS, main, overview
-from units_lightning.cli.parser import UnitsCLI, cli_main
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from units_lightning.callbacks.summary_writer import fit_summary
+    from units_lightning.cli.arguments import UnitsArgumentParser
+    from units_lightning.cli.dispatch import COMMANDS, main, overview
+    from units_lightning.cli.parser import UnitsCLI, cli_main
+    from units_lightning.cli.preflight import LIGHTNING_COMMANDS
+
+# Public name -> its module, imported when the name is first read: the console script's ``main`` loads no
+# Lightning until a command needs it.
+_LAZY = {
+    "COMMANDS": "units_lightning.cli.dispatch",
+    "LIGHTNING_COMMANDS": "units_lightning.cli.preflight",
+    "UnitsArgumentParser": "units_lightning.cli.arguments",
+    "UnitsCLI": "units_lightning.cli.parser",
+    "cli_main": "units_lightning.cli.parser",
+    "fit_summary": "units_lightning.callbacks.summary_writer",
+    "main": "units_lightning.cli.dispatch",
+    "overview": "units_lightning.cli.dispatch",
+}
 
 __all__ = [
     "COMMANDS",
@@ -30,3 +53,15 @@ __all__ = [
     "main",
     "overview",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -19,10 +19,9 @@ from lightning.pytorch.cli import LightningArgumentParser
 
 from units_lightning import errors
 from units_lightning.cli.config_sources import class_defaults
+from units_lightning.cli.preflight import LIGHTNING_COMMANDS
 
 __all__ = ["LIGHTNING_COMMANDS", "UnitsArgumentParser"]
-
-LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
 
 
 def _parser_keys(parser: Any) -> list[str]:

@@ -1,5 +1,8 @@
 """``units-lightning``'s entry point: ``--help``, the package's own commands (``report``, ``dashboard``,
-``select``, ``ingest``), the Lightning commands through ``cli_main``, and bad input as one paragraph."""
+``select``, ``ingest``), the Lightning commands through ``cli_main``, and bad input as one paragraph.
+
+Nothing heavy is imported here: a command loads what it needs when it runs (Lightning, torch, matplotlib, W&B,
+the annotation stack), so ``--help``, ``fit --help`` and a refused command answer in a fraction of a second."""
 
 from __future__ import annotations
 
@@ -7,15 +10,12 @@ import importlib
 import os
 import signal
 import sys
-
-from lightning.pytorch.utilities.exceptions import SIGTERMException
+from typing import Any
 
 from units_lightning import errors
-from units_lightning.cli.arguments import UnitsArgumentParser
-from units_lightning.cli.interrupt import StopOnInterrupt
-from units_lightning.cli.parser import cli_main
+from units_lightning.cli import preflight
 
-__all__ = ["COMMANDS", "main", "overview"]
+__all__ = ["COMMANDS", "cli_main", "main", "overview"]
 
 COMMANDS = {
     "fit": "train a model (--config configs/quickstart.yaml); --ckpt_path last continues a stopped run",
@@ -39,7 +39,8 @@ def overview() -> str:
         "Units-ML (Pandey & Yu, CVPR 2022) on PyTorch Lightning: few-shot classifiers that say how sure they are,\n"
         "trained on the tasks that teach them most.\n\n"
         f"commands:\n{rows}\n\n"
-        "`units-lightning <command> --help` lists a command's options. Errors from bad input are one paragraph;\n"
+        "`units-lightning <command> --help` shows a command's main options (`--help-full`: all of them). Errors\n"
+        "from bad input are one paragraph; "
         f"{errors.DEBUG_FLAG} (or {errors.DEBUG_ENV}=1) shows the traceback."
     )
 
@@ -52,7 +53,34 @@ def _working_folder_importable() -> None:
         sys.path.insert(0, here)
 
 
-def _dispatch(words: list[str], argv_given: bool) -> None:
+def cli_main(args: list[str] | None = None) -> Any:
+    """The Lightning commands: ``units_lightning.cli.parser.cli_main``, imported (with Lightning) when called."""
+    from units_lightning.cli.parser import cli_main as run
+
+    return run(args)
+
+
+def _stopped_by_signal(error: BaseException) -> bool:
+    """Whether ``error`` is Lightning's stop after SIGTERM (or Ctrl-C) at a step boundary, a ``SystemExit``."""
+    exceptions = sys.modules.get("lightning.pytorch.utilities.exceptions")  # loaded by any command that trains
+    return exceptions is not None and isinstance(error, exceptions.SIGTERMException)
+
+
+def _lightning_command(words: list[str], argv_given: bool, debug: bool) -> None:
+    from units_lightning.cli.arguments import UnitsArgumentParser
+
+    UnitsArgumentParser.debug = debug
+    try:
+        if argv_given:
+            cli_main(words)
+            return
+        sys.argv = [sys.argv[0], *words]  # LightningCLI reads sys.argv itself (given args it warns)
+        cli_main(None)
+    finally:
+        UnitsArgumentParser.debug = False
+
+
+def _dispatch(words: list[str], argv_given: bool, debug: bool) -> None:
     command = words[0]
     if command == "dashboard":
         from units_lightning.dashboard.workspace import main as dashboard_main
@@ -70,12 +98,7 @@ def _dispatch(words: list[str], argv_given: bool) -> None:
                 raise
             sys.exit(f"units-lightning {command}: not available in this installation (no units_lightning.annotation)")
         return getattr(commands, f"{command}_main")(words[1:])
-    if argv_given:
-        cli_main(words)
-        return None
-    sys.argv = [sys.argv[0], *words]  # LightningCLI reads sys.argv itself (given args it warns)
-    cli_main(None)
-    return None
+    return _lightning_command(words, argv_given, debug)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -98,10 +121,23 @@ def main(argv: list[str] | None = None) -> None:
         hint = f" Did you mean `units-lightning {near}`?" if near else ""
         print(f"units-lightning: error: unknown command {command!r}.{hint}\n\n{overview()}", file=sys.stderr)
         sys.exit(2)
-    UnitsArgumentParser.debug = debug
+    if command in preflight.LIGHTNING_COMMANDS:
+        page = preflight.short_help(command, words[1:])
+        if page is not None:
+            print(page)
+            return None
+        words = preflight.full_help_words(words)
+        refusal = None if debug else preflight.config_refusal(command, words[1:])
+        if refusal is not None:
+            print(refusal, file=sys.stderr)
+            sys.exit(2)
     try:
-        return _dispatch(words, argv is not None)
-    except SIGTERMException:  # Lightning stops at the next step boundary, then exits with status 0: say 143 / 130
+        return _dispatch(words, argv is not None, debug)
+    except SystemExit as error:  # Lightning stops at the next step boundary, then exits with status 0: say 143 / 130
+        if not _stopped_by_signal(error):
+            raise
+        from units_lightning.cli.interrupt import StopOnInterrupt
+
         stopped = signal.SIGINT if StopOnInterrupt.interrupted else signal.SIGTERM
         name = "Ctrl-C (SIGINT)" if stopped == signal.SIGINT else "SIGTERM"
         print(
@@ -116,5 +152,3 @@ def main(argv: list[str] | None = None) -> None:
             raise
         print(errors.format_error(f"units-lightning {command}", shown), file=sys.stderr, flush=True)
         sys.exit(1)
-    finally:
-        UnitsArgumentParser.debug = False

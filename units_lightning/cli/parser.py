@@ -25,7 +25,6 @@ from units_lightning.cli.arguments import LIGHTNING_COMMANDS, UnitsArgumentParse
 from units_lightning.cli.checkpoints import checkpoint_overrides, overrides_report, resolve_ckpt_path, settle_save_dir
 from units_lightning.cli.cleanup import ConfigSnapshot, WandbFolderSnapshot, discard_empty_run, wandb_folder
 from units_lightning.cli.config_sources import inherited_arguments, reset_inherited
-from units_lightning.cli.interrupt import StopOnInterrupt
 from units_lightning.cli.console import (
     PROGRESS_MODES,
     format_summary,
@@ -34,6 +33,7 @@ from units_lightning.cli.console import (
     wants_progress,
     written_files,
 )
+from units_lightning.cli.interrupt import StopOnInterrupt
 from units_lightning.data.episodic import EpisodicDataModule
 from units_lightning.module import UnitsMAML
 from units_lightning.resume import AtomicCheckpointIO
