@@ -147,11 +147,12 @@ def fit_options():
 
 
 class FakeLabelStudio:
-    """The few Label Studio API calls `select` and `ingest` make, served by a local HTTP server, for fast tests.
+    """The Label Studio API calls `select`, `ingest` and `serve` make, served by a local HTTP server, for fast tests.
 
     Like Label Studio, it serves ``/data/local-files/?d=<path>`` from its document root only (404 elsewhere), and
-    refuses a local file storage outside that root. ``projects[id]`` holds the imported tasks, to which a test adds
-    annotations before ``ingest`` fetches the export.
+    refuses a local file storage outside that root; task ids are unique across projects, a view's tasks are those its
+    ``data.batch`` filter selects, and an export may name its task ids (``ids[]``). ``projects[id]`` holds the
+    imported tasks, to which a test adds annotations before ``ingest`` fetches the export; ``views[id]`` the views.
     """
 
     def __init__(self, document_root: Path):
@@ -159,8 +160,14 @@ class FakeLabelStudio:
         import threading
         import urllib.parse
 
-        self.document_root, self.projects, self.deleted = Path(document_root), {}, []
+        self.document_root, self.projects, self.deleted, self.views = Path(document_root), {}, [], {}
+        self.next_task = 1000
         fake = self
+
+        def view_tasks(number: int) -> list[dict]:
+            view = fake.views[number]
+            wanted = {item["value"] for item in view["data"]["filters"]["items"]}
+            return [t for t in fake.projects[view["project"]]["tasks"] if t["data"].get("batch") in wanted]
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def log_message(self, *args):  # quiet
@@ -176,8 +183,12 @@ class FakeLabelStudio:
             def _body(self):
                 return json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"null")
 
+            def _parts(self):
+                parsed = urllib.parse.urlparse(self.path)
+                return parsed.path, urllib.parse.parse_qs(parsed.query)
+
             def do_POST(self):
-                body, path = self._body(), self.path
+                body, (path, query) = self._body(), self._parts()
                 if path == "/api/projects/":
                     number = len(fake.projects) + len(fake.deleted) + 1
                     fake.projects[number] = {"title": body["title"], "label_config": body["label_config"], "tasks": []}
@@ -186,32 +197,68 @@ class FakeLabelStudio:
                     inside = Path(body["path"]).resolve().is_relative_to(fake.document_root.resolve())
                     return self._answer(201 if inside else 400, {"id": 1} if inside else {"detail": "not in root"})
                 if path.endswith("/import"):
-                    tasks = fake.projects[int(path.split("/")[3])]["tasks"]
+                    tasks, ids = fake.projects[int(path.split("/")[3])]["tasks"], []
                     for task in body:
-                        tasks.append({**task, "id": 1000 + len(tasks), "annotations": []})
-                    return self._answer(201, {"task_count": len(body)})
+                        fake.next_task += 1
+                        tasks.append({**task, "id": fake.next_task, "annotations": []})
+                        ids.append(fake.next_task)
+                    answer = {"task_count": len(body)}
+                    if query.get("return_task_ids") == ["true"]:
+                        answer["task_ids"] = ids
+                    return self._answer(201, answer)
+                if path == "/api/dm/views/":
+                    number = len(fake.views) + 1
+                    fake.views[number] = {"project": int(body["project"]), "data": body["data"]}
+                    return self._answer(201, {"id": number, **fake.views[number]})
+                if path == "/api/dm/actions/" and query["id"] == ["delete_tasks"]:
+                    project, included = fake.projects[int(query["project"][0])], body["selectedItems"]["included"]
+                    assert body["selectedItems"]["all"] is False  # never 'all the project's tasks'
+                    project["tasks"] = [t for t in project["tasks"] if t["id"] not in included]
+                    return self._answer(200, {"detail": f"Deleted {len(included)} tasks"})
                 return self._answer(404, {"detail": path})
 
             def do_DELETE(self):
-                number = int(self.path.split("/")[3])
-                fake.deleted.append(fake.projects.pop(number))
+                path, _ = self._parts()
+                number = int(path.split("/")[-2])
+                if path.startswith("/api/dm/views/"):
+                    fake.views.pop(number)
+                else:
+                    fake.deleted.append(fake.projects.pop(number))
                 return self._answer(204)
 
             def do_GET(self):
-                parsed = urllib.parse.urlparse(self.path)
-                if parsed.path == "/data/local-files/":
-                    file = fake.document_root / urllib.parse.parse_qs(parsed.query)["d"][0]
+                path, query = self._parts()
+                if path == "/data/local-files/":
+                    file = fake.document_root / query["d"][0]
                     if file.is_file():
                         return self._answer(200, raw=file.read_bytes())
                     return self._answer(404, {"detail": "not found"})
-                if parsed.path.endswith("/export"):
-                    return self._answer(200, fake.projects[int(parsed.path.split("/")[3])]["tasks"])
+                if path.endswith("/export"):
+                    tasks = fake.projects[int(path.split("/")[3])]["tasks"]
+                    ids = {int(i) for i in query.get("ids[]", [])}
+                    return self._answer(200, [t for t in tasks if not ids or t["id"] in ids])
+                if path == "/api/tasks/":
+                    tasks, page, size = (
+                        view_tasks(int(query["view"][0])),
+                        int(query["page"][0]),
+                        int(query["page_size"][0]),
+                    )
+                    return self._answer(200, {"total": len(tasks), "tasks": tasks[(page - 1) * size : page * size]})
+                if path.startswith("/api/projects/") and path.count("/") == 4:
+                    number = int(path.split("/")[3])
+                    if number in fake.projects:
+                        return self._answer(200, {"id": number, "title": fake.projects[number]["title"]})
+                    return self._answer(404, {"detail": "No Project matches the given query."})
                 return self._answer(404, {"detail": self.path})
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
+
+    def view_titles(self, project: int) -> list[str]:
+        """The titles of the views (tabs) of ``project``."""
+        return [v["data"]["title"] for v in self.views.values() if v["project"] == project]
 
     def close(self):
         self.server.shutdown()

@@ -14,13 +14,14 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from tiny_setup import tiny_model
+from tiny_setup import tiny_data, tiny_model, tiny_trainer
 
 from units_lightning.annotation import AnnotatedTasksDataModule, LabelStore
 from units_lightning.annotation.batch import write_batch
-from units_lightning.annotation.commands import retrain_once
+from units_lightning.annotation.commands import _train_command, finished_epochs, retrain_once
 from units_lightning.annotation.label_store import LabeledQuerySet, SelectedBatch
-from units_lightning.annotation.label_studio import LabelStudio, image_urls, label_studio_tasks, send_batch
+from units_lightning.annotation.label_studio import LabelStudio, image_urls, label_studio_tasks
+from units_lightning.annotation.label_studio_project import send_batch
 from units_lightning.annotation.ml_backend import Debouncer, Predictor, make_server
 from units_lightning.samplers import MultiQuerySampler
 
@@ -52,15 +53,18 @@ def backend(project, make_batch, glyph_project):
     debouncer = Debouncer(lambda: pokes.append(time.monotonic()), 0.3)
     server = make_server(predictor, debouncer, port=0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield SimpleNamespace(url=f"http://127.0.0.1:{server.server_address[1]}", batch=batch, predictor=predictor,
-                          pokes=pokes)
+    yield SimpleNamespace(
+        url=f"http://127.0.0.1:{server.server_address[1]}", batch=batch, predictor=predictor, pokes=pokes
+    )
     server.shutdown()
     server.server_close()
 
 
 def test_health_setup_and_predictions_with_the_models_uncertainty(backend, project):
-    assert call(backend.url, "/health") == (200, {"status": "UP", "model_class": "UnitsMAML",
-                                                  "model_version": "units-lightning step 0"})
+    assert call(backend.url, "/health") == (
+        200,
+        {"status": "UP", "model_class": "UnitsMAML", "model_version": "units-lightning step 0"},
+    )
     assert call(backend.url, "/setup", {"project": "1.0", "schema": "<View/>"})[1]["model_version"]
     tasks = label_studio_tasks(backend.batch, image_urls(project.root))
     status, answer = call(backend.url, "/predict", {"tasks": tasks})
@@ -101,12 +105,25 @@ def test_retraining_ingests_what_label_studio_has_then_trains_and_reloads(
     sent_out(LabelStore(), batch, folder).save(root / "labels.json")
     for task in server.projects[batch.label_studio["project"]]["tasks"][:5]:  # the first query set is answered
         label = key[task["data"]["image_id"]]
-        task["annotations"] = [{"id": 1, "was_cancelled": False, "result": [
-            {"from_name": "label", "to_name": "image", "type": "choices", "value": {"choices": [label]}}]}]
+        task["annotations"] = [
+            {
+                "id": 1,
+                "was_cancelled": False,
+                "result": [
+                    {"from_name": "label", "to_name": "image", "type": "choices", "value": {"choices": [label]}}
+                ],
+            }
+        ]
     data = AnnotatedTasksDataModule(root=str(root), image_size=16, n_way=5, k_shot=1)
     marker = tmp_path / "trained"
     command = f"{shlex.quote(sys.executable)} -c \"open({str(marker)!r}, 'w').write('yes')\""
-    config = SimpleNamespace(label_studio_url=None, label_studio_token=client.token, train_command=command)
+    config = SimpleNamespace(
+        label_studio_url=None,
+        label_studio_token=client.token,
+        train_command=command,
+        agreement="majority",
+        annotators=1,
+    )
     said = retrain_once(data, config, lambda: "reloaded")
     assert said == ["batch batch-001: 1 query sets taken in, 0 removed, 1 pending", "trained; reloaded"]
     assert marker.read_text() == "yes"
@@ -114,3 +131,51 @@ def test_retraining_ingests_what_label_studio_has_then_trains_and_reloads(
     marker.unlink()
     assert retrain_once(data, config, lambda: "reloaded")[0].startswith("batch batch-001: not ingested: batch")
     assert not marker.exists()  # nothing new: no training
+
+
+def test_retraining_ingests_by_the_servers_agreement_rule_and_writes_the_disputes(
+    project, make_batch, glyph_project, fake_label_studio, tmp_path
+):
+    root, key = glyph_project
+    server = fake_label_studio(root)
+    batch = make_batch(project, [(t.name, list(t.unlabeled[:5])) for t in project.tasks[:2]], "batch-001")
+    client = LabelStudio(server.url, "0123456789abcdef0123456789abcdef01234567")
+    batch = send_batch(batch, client, image_urls(root, root), root / "tasks")
+    folder = write_batch(batch, root / "batches" / batch.id).parent
+    sent_out(LabelStore(), batch, folder).save(root / "labels.json")
+    tasks = server.projects[batch.label_studio["project"]]["tasks"]
+    disputed = tasks[7]["data"]["image_id"]  # in the second query set
+    for task in tasks:  # two annotators, who disagree on one image
+        image = task["data"]["image_id"]
+        second = next(c for c in project.task(task["data"]["task"]).classes if c != key[image])
+        for number, label in enumerate((key[image], second if image == disputed else key[image]), start=1):
+            task["annotations"].append(
+                {
+                    "id": number,
+                    "was_cancelled": False,
+                    "result": [
+                        {"from_name": "label", "to_name": "image", "type": "choices", "value": {"choices": [label]}}
+                    ],
+                }
+            )
+    data = AnnotatedTasksDataModule(root=str(root), image_size=16, n_way=5, k_shot=1)
+    config = SimpleNamespace(
+        label_studio_url=None, label_studio_token=client.token, train_command=None, agreement="unanimous", annotators=2
+    )
+    said = retrain_once(data, config, lambda: "reloaded")
+    assert said == ["batch batch-001: 1 query sets taken in, 0 removed, 1 pending, 1 disputed image(s) in disputes.csv"]
+    assert disputed in (folder / "disputes.csv").read_text()
+    assert set(LabelStore.load(root / "labels.json").labels) == {p.image for p in batch.query_sets[0].images}
+
+
+def test_the_train_command_trains_one_epoch_more_than_the_served_checkpoint(tmp_path):
+    sampler = MultiQuerySampler(tasks=2, query_sets=3)
+    trainer = tiny_trainer(tmp_path, max_steps=-1, max_epochs=2, limit_train_batches=1)
+    trainer.fit(tiny_model(sampler=sampler), tiny_data(sampler))
+    trainer.save_checkpoint(tmp_path / "last.ckpt")
+    config = SimpleNamespace(
+        train_command="fit --ckpt_path last --trainer.max_epochs {next_epoch}", ckpt_path=str(tmp_path / "last.ckpt")
+    )
+    assert _train_command(config) == ["fit", "--ckpt_path", "last", "--trainer.max_epochs", "3"]
+    assert finished_epochs(torch.load(tmp_path / "last.ckpt", weights_only=False)) == 2
+    assert _train_command(SimpleNamespace(train_command="fit --trainer.max_epochs 3", ckpt_path=None))[-1] == "3"

@@ -28,15 +28,22 @@ from units_lightning.annotation.atomic import write_text_atomically
 from units_lightning.annotation.batch import MANIFEST_NAME, AnnotationBatch, read_manifest, write_batch
 from units_lightning.annotation.datamodule import AnnotatedTasksDataModule
 from units_lightning.annotation.ingest import IngestError, IngestOutcome, ingest_outcome
-from units_lightning.annotation.label_store import LabeledQuerySet, SelectedBatch
+from units_lightning.annotation.label_store import LabeledQuerySet, LabelStore, SelectedBatch, store_lock
 from units_lightning.annotation.label_studio import (
     DOCUMENT_ROOT_VARIABLE,
     HINT_VACUITY,
     LabelStudio,
+    LabelStudioError,
     document_root,
     image_urls,
-    send_batch,
     write_import_files,
+)
+from units_lightning.annotation.label_studio_project import (
+    batch_export,
+    read_project_record,
+    send_batch,
+    where_sent,
+    withdraw,
 )
 from units_lightning.annotation.layout import TASKS_FOLDER, load_project
 from units_lightning.annotation.selection import select_batch
@@ -45,9 +52,19 @@ from units_lightning.evaluation.checkpoints import load_checkpoint
 from units_lightning.module import UnitsMAML
 from units_lightning.samplers import RandomSampler, TaskSampler
 
-__all__ = ["disputes_csv", "ingest_main", "main", "retrain_once", "schedule_at", "select_main", "serve_main"]
+__all__ = [
+    "disputes_csv",
+    "finished_epochs",
+    "ingest_main",
+    "main",
+    "retrain_once",
+    "schedule_at",
+    "select_main",
+    "serve_main",
+]
 
 TOKEN_VARIABLE = "LABEL_STUDIO_API_KEY"
+NEXT_EPOCH = "{next_epoch}"  # in serve's --train_command: the epochs the served checkpoint finished, plus one
 # Sections of a fit config that select does not use (the trainer, the CLI's own options).
 _NOT_USED = ("trainer", "seed_everything", "optimizer", "lr_scheduler", "prediction", "collapse", "dashboard_callbacks")
 
@@ -95,7 +112,13 @@ def _select_parser() -> ArgumentParser:
     parser.add_argument("--batch_id", type=str, default=None, help="the batch's id (default batch-<n>-<hash>)")
     parser.add_argument("--label_budget", type=int, default=None, help="the project's budget of labeled query sets")
     parser.add_argument("--device", type=str, default="cpu", help="where to score (cpu, cuda, cuda:1, ...)")
-    parser.add_argument("--label_studio_url", type=str, default=None, help="create the project there (API)")
+    parser.add_argument(
+        "--label_studio_url",
+        type=str,
+        default=None,
+        help="send the batch there (API): into the project's Label Studio project, created by the first batch, with "
+        "a tab of its own",
+    )
     parser.add_argument("--label_studio_token", type=str, default=None, help=f"API token (default ${TOKEN_VARIABLE})")
     parser.add_argument(
         "--label_studio_files_root",
@@ -167,7 +190,8 @@ def _restore(model: UnitsMAML, ckpt_path: str | None) -> tuple[int, float]:
 
 
 def _send(batch: AnnotationBatch, config: Any, folder: Path) -> tuple[AnnotationBatch, str]:
-    """Create the batch's Label Studio project (with a URL) or write its import files; returns the batch and where."""
+    """Send the batch into the project's Label Studio project (with a URL) or write its import files; returns the
+    batch and where it went."""
     urls = image_urls(batch.project, document_root(config.label_studio_files_root), config.image_url_prefix)
     supports = {task.name: task.support for task in load_project(batch.project).tasks}
     if config.label_studio_url:
@@ -175,7 +199,8 @@ def _send(batch: AnnotationBatch, config: Any, folder: Path) -> tuple[Annotation
         files = None if config.image_url_prefix else Path(batch.project) / TASKS_FOLDER
         client = LabelStudio(config.label_studio_url, token)
         batch = send_batch(batch, client, urls, files, supports, config.hint_vacuity)
-        return batch, f"Label Studio project {batch.label_studio['project']} at {config.label_studio_url}"
+        sent = batch.label_studio
+        return batch, f"Label Studio project {sent['project']} at {sent['url']}, in its tab {batch.id}"
     written = write_import_files(batch, folder / "label_studio", urls, supports, config.hint_vacuity)
     return batch, f"Label Studio import files {', '.join(p.name for p in written)} in {_shown(folder / 'label_studio')}"
 
@@ -226,7 +251,8 @@ def select_main(argv: Sequence[str] | None = None) -> None:
         batch.created,
         tuple(LabeledQuerySet(s.task, tuple(p.image for p in s.images)) for s in batch.query_sets),
     )
-    store.with_selected(out).save(data.labels)
+    with store_lock(data.labels):  # read again: serve may have ingested meanwhile
+        LabelStore.load(data.labels).with_selected(out).save(data.labels)
     print(_report(batch, folder, where), flush=True)
 
 
@@ -242,12 +268,16 @@ def _cancel_and_check_pending(data: AnnotatedTasksDataModule, config: Any) -> No
         ValueError: a batch to cancel is unknown or not pending; batches are pending and ``--alongside`` is off
             (the message names them and the choices).
     """
-    store = data.label_store()
     if config.cancel:
-        for batch_id in config.cancel:
-            store = store.with_cancelled(batch_id, _now())
-        store.save(data.labels)
+        with store_lock(data.labels):
+            before = store = data.label_store()
+            for batch_id in config.cancel:
+                store = store.with_cancelled(batch_id, _now())
+            store.save(data.labels)
         print(f"units-lightning select: cancelled {', '.join(config.cancel)}", flush=True)
+        for batch_id in config.cancel:
+            print(f"  {batch_id}: {_withdraw(before.selected_batch(batch_id), before, config)}", flush=True)
+    store = data.label_store()
     pending = store.pending()
     if pending and not config.alongside:
         listed = "; ".join(
@@ -259,6 +289,31 @@ def _cancel_and_check_pending(data: AnnotatedTasksDataModule, config: Any) -> No
             f"--batch <folder>), or select another batch beside it with --alongside true (its images are left "
             f"out), or give it up with --cancel {pending[0].id}"
         )
+
+
+def _withdraw(out: SelectedBatch, store: LabelStore, config: Any) -> str:
+    """Take a cancelled batch's query sets not taken in out of Label Studio (``withdraw``); returns what was done,
+    or, when Label Studio cannot be reached, what to delete there by hand (the batch is cancelled either way)."""
+    try:
+        batch = read_manifest(out.folder)
+    except ValueError as error:
+        return f"its manifest cannot be read, so nothing was deleted in Label Studio ({error})"
+    sent = batch.label_studio or {}
+    given_up = {image for s in store.pending_sets(out) for image in s.images}
+    try:
+        client = LabelStudio(config.label_studio_url or sent.get("url", ""), _token(config.label_studio_token))
+        return withdraw(batch, client, given_up, keep_tab=bool(store.taken(out.id)))
+    except (ValueError, LabelStudioError) as error:
+        if not sent.get("project"):
+            return "it was not sent to Label Studio"
+        return (
+            f"its tasks could not be deleted from Label Studio project {sent['project']} ({error}): delete its tab "
+            f"{out.id} and the tasks in it there"
+        )
+
+
+def _token(given: str | None) -> str:
+    return given or os.environ.get(TOKEN_VARIABLE, "")
 
 
 def _ingest_parser() -> argparse.ArgumentParser:
@@ -290,17 +345,12 @@ def _ingest_parser() -> argparse.ArgumentParser:
 
 
 def _fetch(batch: AnnotationBatch, folder: Path, url: str | None, token: str | None) -> tuple[list[Answer], str]:
-    """The answers of the batch's Label Studio project, fetched through the API (the export is kept in
-    ``<batch folder>/label_studio/export.json``)."""
-    sent = batch.label_studio or {}
-    if "project" not in sent:
-        raise ValueError(
-            f"batch {batch.id} was not sent to Label Studio: pass --answers (batch.csv filled in, or a Label Studio "
-            "JSON export)"
-        )
-    client = LabelStudio(url or sent["url"], token or os.environ.get(TOKEN_VARIABLE, ""))
+    """The answers of the batch's tasks in Label Studio, fetched through the API (``batch_export``; the export is
+    kept in ``<batch folder>/label_studio/export.json``)."""
+    sent = where_sent(batch)
+    client = LabelStudio(url or sent["url"], _token(token))
     source = f"{client.url} project {sent['project']}"
-    export = client.export(int(sent["project"]))
+    export = batch_export(batch, client)
     write_text_atomically(folder / "label_studio" / "export.json", json.dumps(export, indent=1) + "\n")
     return read_label_studio_export(export, source), source
 
@@ -367,12 +417,17 @@ def ingest_main(argv: Sequence[str] | None = None) -> None:
         answers, source = _fetch(batch, folder, args.label_studio_url, args.label_studio_token)
     labels = args.labels or batch.labels
     outcome = ingest_outcome(batch, answers, source, labels, args.agreement, args.annotators)
+    _write_disputes(outcome, folder)
+    print(_ingest_report(batch, outcome, labels, folder), flush=True)
+
+
+def _write_disputes(outcome: IngestOutcome, folder: Path) -> None:
+    """``<batch folder>/disputes.csv`` with the batch's disputed images, or none once they are resolved."""
     disputes = folder / "disputes.csv"
     if outcome.disputes:
         write_text_atomically(disputes, disputes_csv(outcome))
     elif disputes.exists():
         disputes.unlink()  # resolved since the last ingest
-    print(_ingest_report(batch, outcome, labels, folder), flush=True)
 
 
 def _serve_parser() -> ArgumentParser:
@@ -395,15 +450,47 @@ def _serve_parser() -> ArgumentParser:
         "--train_command",
         type=str,
         default=None,
-        help="the fit to run after new answers are ingested, e.g. \"units-lightning fit --config ... --ckpt_path "
-        "last --trainer.max_epochs 3\"; it must write --ckpt_path, which is reloaded (none: ingest only)",
+        help='the fit to run after new answers are ingested, e.g. "units-lightning fit --config ... --ckpt_path '
+        f'last --trainer.max_epochs {NEXT_EPOCH}" ({NEXT_EPOCH}: the epochs --ckpt_path has finished, plus one: '
+        "one more epoch at every retraining); it must write --ckpt_path, which is reloaded (none: ingest only)",
+    )
+    parser.add_argument(
+        "--agreement",
+        type=str,
+        choices=AGREEMENT_RULES,
+        default="majority",
+        help="how several answers for an image make its class when the server ingests (as ingest --agreement)",
+    )
+    parser.add_argument(
+        "--annotators", type=int, default=1, help="answers wanted per image before it counts (as ingest --annotators)"
     )
     return parser
 
 
+def finished_epochs(checkpoint: dict[str, Any]) -> int:
+    """How many epochs the run of ``checkpoint`` has finished: those its fit loop processed (a checkpoint saved at an
+    epoch's end counts that epoch; one saved within an epoch, on SIGTERM, does not)."""
+    try:
+        return int(checkpoint["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"])
+    except (KeyError, TypeError):
+        return int(checkpoint.get("epoch", -1)) + 1
+
+
+def _train_command(config: Any) -> list[str]:
+    """``config.train_command`` as arguments, ``{next_epoch}`` replaced by ``finished_epochs`` of the served
+    checkpoint plus one."""
+    words = shlex.split(config.train_command)
+    if any(NEXT_EPOCH in word for word in words):
+        checkpoint = load_checkpoint(config.ckpt_path, leave_out="pass another --ckpt_path")
+        words = [word.replace(NEXT_EPOCH, str(finished_epochs(checkpoint) + 1)) for word in words]
+    return words
+
+
 def retrain_once(data: AnnotatedTasksDataModule, config: Any, reload: Any) -> list[str]:
-    """One retraining: every pending batch sent to Label Studio is fetched and ingested (what is complete), then,
-    when something new was taken in, ``config.train_command`` runs and ``reload()`` loads the checkpoint again.
+    """One retraining: every pending batch sent to Label Studio is fetched and ingested (what is complete, by
+    ``config.agreement`` of ``config.annotators`` answers; the disputes written to the batch's ``disputes.csv``), then,
+    when something new was taken in, ``config.train_command`` runs (``_train_command``) and ``reload()`` loads the
+    checkpoint again.
 
     Returns:
         What happened, one line per step (the server prints them).
@@ -420,17 +507,19 @@ def retrain_once(data: AnnotatedTasksDataModule, config: Any, reload: Any) -> li
             continue
         try:
             answers, source = _fetch(batch, Path(out.folder), config.label_studio_url, config.label_studio_token)
-            outcome = ingest_outcome(batch, answers, source, data.labels)
+            outcome = ingest_outcome(batch, answers, source, data.labels, config.agreement, config.annotators)
+            _write_disputes(outcome, Path(out.folder))
         except (IngestError, OSError) as error:
             said.append(f"batch {out.id}: not ingested: {str(error).splitlines()[0]}")
             continue
         taken += len(outcome.labeled)
+        disputed = f", {len(outcome.disputes)} disputed image(s) in disputes.csv" if outcome.disputes else ""
         said.append(
             f"batch {out.id}: {len(outcome.labeled)} query sets taken in, {len(outcome.removed)} removed, "
-            f"{len(outcome.pending)} pending"
+            f"{len(outcome.pending)} pending{disputed}"
         )
     if taken and config.train_command:
-        finished = subprocess.run(shlex.split(config.train_command), check=False)
+        finished = subprocess.run(_train_command(config), check=False)
         if finished.returncode != 0:
             said.append(f"train command failed (status {finished.returncode}): the model was not reloaded")
         else:
@@ -456,14 +545,14 @@ def serve_main(argv: Sequence[str] | None = None) -> None:
     if not isinstance(data, AnnotatedTasksDataModule):
         raise ValueError("serve needs data.class_path units_lightning.annotation.AnnotatedTasksDataModule")
     model.sampler = data.sampler
-    _restore(model, config.ckpt_path)
+    step, _ = _restore(model, config.ckpt_path)
     model.to(config.device)
-    predictor = Predictor(model, data.project(), data.label_store, data.image_shape, config.hint_vacuity)
+    predictor = Predictor(model, data.project(), data.label_store, data.image_shape, config.hint_vacuity, step)
 
     def reload() -> str:
         with predictor.lock:
-            step, _ = _restore(model, config.ckpt_path)
-        return f"reloaded {_shown(config.ckpt_path)} (step {step})"
+            predictor.step, _ = _restore(model, config.ckpt_path)
+        return f"reloaded {_shown(config.ckpt_path)} ({predictor.version})"
 
     def retrain() -> None:
         for line in retrain_once(data, config, reload):
@@ -471,9 +560,11 @@ def serve_main(argv: Sequence[str] | None = None) -> None:
 
     server = make_server(predictor, Debouncer(retrain, config.debounce), config.host, config.port)
     host, port = server.server_address[:2]
+    record = read_project_record(data.root)
+    where = f"Label Studio project {record.project} at {record.url}" if record else "Label Studio: the project's"
     print(
         f"units-lightning serve: the ML backend of {_shown(data.root)} at http://{host}:{port} ({predictor.version}); "
-        "in Label Studio: Settings > Model > Connect Model, this URL",
+        f"in {where}: Settings > Model > Connect Model, this URL",
         flush=True,
     )
     try:

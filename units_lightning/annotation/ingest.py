@@ -20,7 +20,13 @@ import torch
 from units_lightning.annotation.agreement import Verdict, verdict
 from units_lightning.annotation.answers import CANT_TELL, Answer
 from units_lightning.annotation.batch import AnnotationBatch, SelectedQuerySet
-from units_lightning.annotation.label_store import IngestedBatch, LabeledQuerySet, LabelStore, RemovedQuerySet
+from units_lightning.annotation.label_store import (
+    IngestedBatch,
+    LabeledQuerySet,
+    LabelStore,
+    RemovedQuerySet,
+    store_lock,
+)
 from units_lightning.episode import SealedLabels, TaskBatch
 from units_lightning.ledger import LabelLedger
 
@@ -297,6 +303,7 @@ def ingest_outcome(
         IngestError: the answers cannot be taken in; the store is unchanged.
     """
     path = Path(labels_path or batch.labels)
-    outcome = take_in(batch, answers, LabelStore.load(path), source, rule, annotators)
-    outcome.store.save(path)
+    with store_lock(path):
+        outcome = take_in(batch, answers, LabelStore.load(path), source, rule, annotators)
+        outcome.store.save(path)
     return outcome

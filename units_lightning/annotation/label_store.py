@@ -19,19 +19,37 @@ A batch is pending from ``select`` until every one of its query sets is taken in
 image of it could not be told) or the batch is cancelled; the images of pending query sets are not offered to a new
 batch, so several batches can be out at once. ``ingest`` may take a batch in several parts: each part is one entry
 of ``batches``. Stores of format 1 (no ``selected``, no ``removed``) are read as they are.
+
+Commands that read the store, change it and write it back hold ``store_lock`` meanwhile (an exclusive lock on
+``labels.json.lock``), so that two of them at once, ``serve`` ingesting after annotations and a person running
+``ingest`` or ``select``, never write over each other's change.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from units_lightning.annotation.atomic import write_text_atomically
 
-__all__ = ["FORMAT", "IngestedBatch", "LabelStore", "LabeledQuerySet", "RemovedQuerySet", "SelectedBatch"]
+try:
+    import fcntl
+except ImportError:  # not POSIX: no lock between processes
+    fcntl = None
+
+__all__ = [
+    "FORMAT",
+    "IngestedBatch",
+    "LabelStore",
+    "LabeledQuerySet",
+    "RemovedQuerySet",
+    "SelectedBatch",
+    "store_lock",
+]
 
 FORMAT = "units-lightning label store 2"
 _READABLE = ("units-lightning label store 1", FORMAT)
@@ -274,3 +292,21 @@ class LabelStore:
                 f"cannot read the label store {path}: {error}. Restore it from a backup, or move it away to start "
                 "with no labels"
             ) from error
+
+
+@contextmanager
+def store_lock(path: str | Path) -> Iterator[None]:
+    """Hold the label store ``path`` for one read, change and write (an exclusive lock on ``<path>.lock``, waited
+    for): another command that updates the store meanwhile waits, so neither writes over the other's change. A lock
+    between processes on POSIX systems; elsewhere it does nothing."""
+    path = Path(path)
+    if fcntl is None:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -1,17 +1,18 @@
-"""An annotation batch as a Label Studio project: image classification with the task's classes as choices, each
-shown with its support images, a "can't tell" choice, and the model's suggestion as a hint; created through Label
-Studio's REST API, or written as files to import.
+"""An annotation batch as Label Studio tasks: image classification with the task's classes as choices, each shown
+with its support images, a "can't tell" choice, and the model's suggestion as a hint; sent through Label Studio's
+REST API (``label_studio_project``: one Label Studio project per annotation project), or written as files to import.
 
 One Label Studio task per image. Its data carry the image's name in the project (``image_id``), the batch, the
 task, the query set, the model's uncertainty about the image (``vacuity``, ``dissonance``, ``confidence``) and the
 query set's score (``query_set_score``: what ``select`` chose by), so that people can sort and filter by them, and
 the task's classes, which the labeling config turns into the choices (``<Choices value="$choices">``: each image
-offers only its own task's classes, each with its support images, then "can't tell"). The model's suggestion is
-written as a hint (``hint``); it is also a pre-annotation, pre-selected, only when the model is sure enough (its
-vacuity below ``hint_vacuity``), and an untrained model (a batch chosen without a checkpoint) suggests nothing.
-Images are served by Label Studio's local file storage (``/data/local-files/?d=<path under
-LABEL_STUDIO_LOCAL_FILES_DOCUMENT_ROOT>``) or from any web server that serves the project folder
-(``image_url_prefix``); ``send_batch`` fetches one image through Label Studio to check that they load.
+offers only its own task's classes, each with its support images, then "can't tell"). Everything that differs
+between tasks and batches travels in the task data, so the labeling config (``LABEL_CONFIG``) is one for every
+batch. The model's suggestion is written as a hint (``hint``); it is also a pre-annotation, pre-selected, only when
+the model is sure enough (its vacuity below ``hint_vacuity``), and an untrained model (a batch chosen without a
+checkpoint) suggests nothing. Images are served by Label Studio's local file storage (``/data/local-files/?d=<path
+under LABEL_STUDIO_LOCAL_FILES_DOCUMENT_ROOT>``) or from any web server that serves the project folder
+(``image_url_prefix``); ``check_image_served`` fetches one through Label Studio to check that they load.
 
 Nothing here imports Label Studio: the API is plain HTTP with a token (``Authorization: Token <token>``).
 """
@@ -44,7 +45,6 @@ __all__ = [
     "hint",
     "image_urls",
     "label_studio_tasks",
-    "send_batch",
     "write_import_files",
 ]
 
@@ -52,6 +52,7 @@ IMAGE_NAME = "image"
 DOCUMENT_ROOT_VARIABLE = "LABEL_STUDIO_LOCAL_FILES_DOCUMENT_ROOT"
 HINT_VACUITY = 0.5  # the model's class is pre-selected only below this vacuity (N / S: 1 when it has no evidence)
 SUPPORT_SHOWN = 5  # support images shown beside a class choice
+_PAGE = 100  # tasks per page of a listing, task ids per export call
 LABEL_CONFIG = f"""<View>
   <Header value="Task $task: which class is this image? Compare it with each class's support images."/>
   <Image name="{IMAGE_NAME}" value="$image" maxWidth="320px"/>
@@ -63,7 +64,15 @@ LABEL_CONFIG = f"""<View>
 
 class LabelStudioError(OSError):
     """A Label Studio API call that failed (an I/O error, as a refused connection is); the message names the call,
-    the status and what the server said."""
+    the status and what the server said.
+
+    Attributes:
+        status: the HTTP status the server answered with, or None (no answer).
+    """
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
 
 
 def document_root(explicit: str | Path | None = None) -> Path | None:
@@ -292,7 +301,7 @@ class LabelStudio:
         except urllib.error.HTTPError as error:
             detail = error.read().decode(errors="replace")[:500]
             raise LabelStudioError(
-                f"Label Studio {method} {path}: HTTP {error.code} {error.reason}: {detail}"
+                f"Label Studio {method} {path}: HTTP {error.code} {error.reason}: {detail}", error.code
             ) from None
         except (urllib.error.URLError, OSError) as error:
             raise LabelStudioError(f"cannot reach Label Studio at {self.url} ({method} {path}): {error}") from None
@@ -300,23 +309,73 @@ class LabelStudio:
     def create_project(self, title: str, label_config: str = LABEL_CONFIG) -> int:
         return int(self.request("POST", "/api/projects/", {"title": title, "label_config": label_config})["id"])
 
+    def project(self, project: int) -> dict[str, Any]:
+        """The project's details (its title, its labeling config, ...).
+
+        Raises:
+            LabelStudioError: it does not exist (HTTP 404) or the call failed.
+        """
+        return self.request("GET", f"/api/projects/{project}/")
+
     def connect_local_files(self, project: int, path: str | Path, title: str) -> None:
         """Let ``project`` serve the images under ``path`` (a local file storage, never synced: the tasks are
         imported one per image, not one per file of the folder)."""
         body = {"project": project, "path": str(path), "title": title, "use_blob_urls": False}
         self.request("POST", "/api/storages/localfiles/", body)
 
-    def import_tasks(self, project: int, tasks: list[dict[str, Any]]) -> int:
-        """Import ``tasks`` (with their predictions); returns how many the server created."""
-        answer = self.request("POST", f"/api/projects/{project}/import", tasks)
-        return int((answer or {}).get("task_count", len(tasks)))
+    def import_tasks(self, project: int, tasks: list[dict[str, Any]]) -> list[int] | None:
+        """Import ``tasks`` (with their predictions); returns the ids of the tasks created, in the order given, or
+        None when the server does not say (an import it runs in the background: then ``view_tasks`` finds them).
+
+        Raises:
+            LabelStudioError: the call failed, or the server created another number of tasks.
+        """
+        answer = self.request("POST", f"/api/projects/{project}/import?return_task_ids=true", tasks) or {}
+        ids = answer.get("task_ids")
+        created = len(ids) if ids is not None else int(answer.get("task_count", len(tasks)))
+        if created != len(tasks):
+            raise LabelStudioError(f"Label Studio project {project} received {created} of {len(tasks)} tasks")
+        return None if ids is None else [int(i) for i in ids]
+
+    def create_view(self, project: int, title: str, filters: dict[str, Any]) -> int:
+        """A Data Manager tab of ``project`` named ``title`` that shows the tasks ``filters`` selects; its id."""
+        body = {"project": project, "data": {"title": title, "filters": filters}}
+        return int(self.request("POST", "/api/dm/views/", body)["id"])
+
+    def delete_view(self, view: int) -> None:
+        self.request("DELETE", f"/api/dm/views/{view}/")
+
+    def view_tasks(self, view: int) -> dict[str, int]:
+        """``{image name: task id}`` of the tasks a Data Manager tab shows (every page of them)."""
+        found: dict[str, int] = {}
+        for page in range(1, 1_000_000):
+            answer = self.request("GET", f"/api/tasks/?view={view}&page={page}&page_size={_PAGE}")
+            tasks = answer.get("tasks", []) if isinstance(answer, dict) else answer
+            found.update({t["data"][IMAGE_KEY]: int(t["id"]) for t in tasks})
+            if len(tasks) < _PAGE:
+                break
+        return found
+
+    def delete_tasks(self, project: int, tasks: Sequence[int]) -> None:
+        """Delete the tasks ``tasks`` of ``project`` (with their annotations), these only."""
+        if tasks:
+            body = {"selectedItems": {"all": False, "included": [int(t) for t in tasks]}, "project": str(project)}
+            self.request("POST", f"/api/dm/actions/?id=delete_tasks&project={project}", body)
 
     def delete_project(self, project: int) -> None:
         self.request("DELETE", f"/api/projects/{project}/")
 
-    def export(self, project: int) -> list[dict[str, Any]]:
-        """The project's tasks with their annotations (Label Studio's JSON export)."""
-        return self.request("GET", f"/api/projects/{project}/export?exportType=JSON&download_all_tasks=true")
+    def export(self, project: int, tasks: Sequence[int] | None = None) -> list[dict[str, Any]]:
+        """The tasks of ``project`` with their annotations (Label Studio's JSON export): every task, or only those
+        of the ids ``tasks`` (fetched in slices, so that no URL grows long)."""
+        path = f"/api/projects/{project}/export?exportType=JSON&download_all_tasks=true"
+        if tasks is None:
+            return self.request("GET", path)
+        ids = [int(t) for t in tasks]
+        exported: list[dict[str, Any]] = []
+        for start in range(0, len(ids), _PAGE):
+            exported += self.request("GET", path + "".join(f"&ids[]={i}" for i in ids[start : start + _PAGE]))
+        return exported
 
 
 def check_image_served(client: LabelStudio, image_url: str, file: str | Path) -> None:
@@ -343,51 +402,3 @@ def check_image_served(client: LabelStudio, image_url: str, file: str | Path) ->
         raise LabelStudioError(fix.format(why=error)) from None
     if served != Path(file).read_bytes():
         raise LabelStudioError(fix.format(why=f"the server sent another file than {file}"))
-
-
-def send_batch(
-    batch: AnnotationBatch,
-    client: LabelStudio,
-    url: Callable[[str], str],
-    files_root: str | Path | None = None,
-    supports: Mapping[str, Sequence[Sequence[str]]] | None = None,
-    hint_vacuity: float = HINT_VACUITY,
-) -> AnnotationBatch:
-    """Create the batch's Label Studio project, import its tasks and check that an image loads through it; returns
-    the batch recording where it went.
-
-    Args:
-        batch: the batch to label.
-        client: the Label Studio to create it in.
-        url: the images' URLs (``image_urls``).
-        files_root: when the images are served as local files, the folder to connect as the project's local file
-            storage (the project's ``tasks`` folder); None when they are served from elsewhere.
-        supports, hint_vacuity: see ``label_studio_tasks``.
-
-    Raises:
-        LabelStudioError: a call failed, or the first image does not load (the project is then deleted again, so
-            that no project with broken images is left behind).
-    """
-    title = f"{Path(batch.project).name} {batch.id}"[:50]
-    project = client.create_project(title)
-    try:
-        if files_root is not None:
-            client.connect_local_files(project, files_root, f"{batch.id} images")
-        tasks = label_studio_tasks(batch, url, supports, hint_vacuity)
-        created = client.import_tasks(project, tasks)
-        expected = sum(len(s.images) for s in batch.query_sets)
-        if created != expected:
-            raise LabelStudioError(
-                f"Label Studio project {project} received {created} of the batch's {expected} images"
-            )
-        first = batch.query_sets[0].images[0]
-        check_image_served(client, tasks[0]["data"][IMAGE_NAME], first.file)
-    except LabelStudioError as error:
-        try:
-            client.delete_project(project)
-        except LabelStudioError as cleanup:
-            raise LabelStudioError(f"{error} (and project {project} could not be deleted: {cleanup})") from None
-        raise LabelStudioError(
-            f"{error}. Label Studio project {project} was deleted again; nothing was written"
-        ) from None
-    return batch.sent_to({"url": client.url, "project": project})

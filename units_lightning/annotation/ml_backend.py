@@ -81,10 +81,12 @@ class Predictor:
     """Predictions for Label Studio tasks of an annotation project's batches.
 
     Args:
-        model: the trained model (on the device to predict on); its ``global_step`` names the model version.
+        model: the trained model (on the device to predict on).
         project: the project; store: a callable returning its current label store (re-read at every request).
         image_shape: (C, H, W) the model takes.
         hint_vacuity: predictions are made only below this vacuity.
+        step: the training step of the model's checkpoint, which names the model version (set it again, under
+            ``lock``, when new weights are loaded).
     """
 
     def __init__(
@@ -94,14 +96,16 @@ class Predictor:
         store: Callable[[], LabelStore],
         image_shape: tuple[int, int, int],
         hint_vacuity: float = HINT_VACUITY,
+        step: int = 0,
     ):
         self.model, self.project, self.store = model, project, store
-        self.image_shape, self.hint_vacuity = image_shape, hint_vacuity
+        self.image_shape, self.hint_vacuity, self.step = image_shape, hint_vacuity, step
         self.lock = threading.Lock()  # one prediction at a time; retraining swaps the weights under it
 
     @property
     def version(self) -> str:
-        return f"units-lightning step {int(self.model.global_step)}"
+        """The model version Label Studio shows and tags predictions with: ``units-lightning step <step>``."""
+        return f"units-lightning step {self.step}"
 
     def _query_set(self, store: LabelStore, data: dict[str, Any]) -> tuple[str, ...]:
         out = store.selected_batch(str(data.get("batch")))
