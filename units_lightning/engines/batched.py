@@ -12,6 +12,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
+from units_lightning.compile_cache import use_compile_cache
 from units_lightning.engines.base import InnerLoss, accepts_step, inner_loop_parameters, per_step_slices
 from units_lightning.engines.cuda_graph import GraphedInference, GraphedInnerLoop, state_of
 from units_lightning.engines.inner_lr import InnerLearningRates, InnerLRMode
@@ -132,7 +133,9 @@ class BatchedEngine(nn.Module):
         """``torch.compile(function)`` for the engine in train mode, falling back for good to CUDA graphs of the
         uncompiled function (after one warning) where compiling fails: no Triton or C++ compiler, or an operation the
         compiler rejects. In eval mode (validation, test, predict) ``function`` runs uncompiled: compiling the
-        first-order evaluation loop costs more than it saves (docs/PERFORMANCE.md)."""
+        first-order evaluation loop costs more than it saves (docs/PERFORMANCE.md). What it compiles is kept for the
+        next run on this machine (``use_compile_cache``)."""
+        use_compile_cache()
         compiled = torch.compile(function)
 
         def run(*args: Any) -> Any:  # after a failure ``use_capture`` binds the uncompiled functions in its place
@@ -257,6 +260,7 @@ class BatchedEngine(nn.Module):
         if self._compiled_scoring is None:
             # One task at a time, its query sets vectorised: plain (not grouped) convolutions, which the
             # compiler fuses with batch norm and pooling better than the nested vmap.
+            use_compile_cache()
             self._compiled_scoring = torch.compile(self._sets_per_task, dynamic=False)
         try:
             return self._compiled_scoring(fast, query_x, adapted.steps)
