@@ -3,6 +3,11 @@
 # Idempotent: a second run only re-installs the project itself.
 #   scripts/setup.sh            # runtime + test dependencies
 #   PYTHON=python3.12 scripts/setup.sh
+#   TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126 scripts/setup.sh   # torch from that index
+#   TORCH_INDEX_URL=default scripts/setup.sh                                   # torch from pip's usual indexes
+# torch: on a machine without an NVIDIA GPU (no working nvidia-smi) the CPU build from PyTorch's CPU index (torch
+# takes about 0.7 GB installed; the CUDA build 5.3 GB with its nvidia and triton packages), else, or when that index
+# cannot be reached, the build pip's usual indexes give (on Linux from PyPI: the CUDA build). The last line says which.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -18,10 +23,37 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 pip_ install --upgrade pip setuptools wheel
 
+TORCH=("torch==2.14.1" "torchvision==0.29.1")
+CPU_INDEX=https://download.pytorch.org/whl/cpu
+reachable() {  # an index answers within 10 s (pip itself would retry an unreachable one for minutes)
+  "$VENV/bin/python" -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1] + '/torch/', timeout=10)" \
+    "$1" >/dev/null 2>&1
+}
 if ! "$VENV/bin/python" -c "import torch, torchvision" 2>/dev/null; then
-  echo "[setup] installing torch and torchvision"
-  pip_ install "torch==2.14.1" "torchvision==0.29.1" \
-    || pip_ install torch torchvision
+  index=${TORCH_INDEX_URL:-}
+  if [ -z "$index" ] && ! nvidia-smi -L >/dev/null 2>&1; then
+    if reachable "$CPU_INDEX"; then
+      index=$CPU_INDEX
+    else
+      echo "[setup] no NVIDIA GPU, but $CPU_INDEX cannot be reached: torch from pip's usual indexes"
+    fi
+  fi
+  installed=
+  if [ -n "$index" ] && [ "$index" != default ]; then
+    echo "[setup] installing torch and torchvision from $index"
+    # pip's own complaint is shown for an index the user chose, not for the CPU index tried on their behalf.
+    errors=/dev/stderr
+    [ -n "${TORCH_INDEX_URL:-}" ] || errors=/dev/null
+    if pip_ install --index-url "$index" "${TORCH[@]}" 2>"$errors"; then
+      installed=1
+    else
+      echo "[setup] $index did not give ${TORCH[*]}: torch from pip's usual indexes"
+    fi
+  fi
+  if [ -z "$installed" ]; then
+    echo "[setup] installing torch and torchvision"
+    pip_ install "${TORCH[@]}" || pip_ install torch torchvision
+  fi
 fi
 
 if ! "$VENV/bin/python" -c "import learn2learn" >/dev/null 2>&1; then
@@ -38,6 +70,7 @@ pip_ install -e ".[test]"
 import lightning, torch, units_lightning, wandb
 from units_lightning.engines.learn2learn import import_learn2learn
 
-print(f"[setup] ok: units_lightning {units_lightning.__version__} | torch {torch.__version__} | "
+build = f"CUDA {torch.version.cuda} build" if torch.version.cuda else "CPU build"
+print(f"[setup] ok: units_lightning {units_lightning.__version__} | torch {torch.__version__} ({build}) | "
       f"lightning {lightning.__version__} | learn2learn {import_learn2learn().__version__} | wandb {wandb.__version__}")
 PY
