@@ -16,13 +16,19 @@ from units_lightning.data.episodic import EpisodeDataset
 from units_lightning.samplers import MultiQuerySampler
 
 SCRIPT = textwrap.dedent("""
-    import hashlib, json, sys
+    import hashlib, json, sys, warnings
     import lightning.pytorch as pl
     import torch.distributed
     from lightning.pytorch.callbacks import Callback
     sys.path.insert(0, {tests!r})
     from tiny_setup import tiny_data, tiny_model
+    from units_lightning.callbacks import dashboard_callbacks
+    from units_lightning.collectives import weighted_means_over_ranks
     from units_lightning.samplers import MultiQuerySampler
+
+    warnings.simplefilter("always")  # every warning, however often, into the log the test reads
+    caught = warnings.catch_warnings(record=True)
+    warned = caught.__enter__()
 
     barriers = [0]  # calls of torch.distributed.barrier: under NCCL each blocks the host until the GPU is idle
     wait_at_barrier = torch.distributed.barrier
@@ -52,7 +58,7 @@ SCRIPT = textwrap.dedent("""
         def chosen_count(self, step):
             return None
 
-    def run(sampler_class=MultiQuerySampler):
+    def run(sampler_class=MultiQuerySampler, callbacks=()):
         pl.seed_everything(0, verbose=False)
         data = tiny_data(sampler_class(tasks=2, query_sets=2))
         model = tiny_model(label_budget=10, sampler=data.sampler)
@@ -60,18 +66,26 @@ SCRIPT = textwrap.dedent("""
         trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=50, limit_train_batches=100,
                              limit_val_batches=2, val_check_interval=2, logger=False, enable_checkpointing=False,
                              enable_progress_bar=False, enable_model_summary=False, inference_mode=False,
-                             callbacks=[record])
+                             callbacks=[record, *callbacks])
         initial = digest(model)
         trainer.fit(model, data)
+        epoch = {{k: float(v) for k, v in trainer.callback_metrics.items() if k.endswith("_epoch")}}
         return trainer, {{"initial": initial, "steps": record.steps, "global_steps": trainer.global_step,
-                         "first_gradient": record.first_gradient,
+                         "first_gradient": record.first_gradient, "epoch_means": epoch,
                          "ledger": model.ledger.state_dict(), "val_acc": float(trainer.callback_metrics["val/acc"])}}
 
     trainer, first = run()
     _, second = run()
-    _, undeclared = run(Undeclared)
-    with open(f"result_{{trainer.global_rank}}.json", "w") as out:
-        json.dump({{"rank": trainer.global_rank, "first": first, "second": second, "undeclared": undeclared}}, out)
+    _, undeclared = run(Undeclared, callbacks=dashboard_callbacks())  # with what every logged epoch value goes through
+    rank = trainer.global_rank
+    # Rank 0 has two names, rank 1 one of them with other sums and weights.
+    totals = {{"a": (torch.tensor(2.0), 1.0), "b": (torch.tensor(3.0), 3.0)}}
+    totals = totals if rank == 0 else {{"a": (torch.tensor(8.0), 2.0)}}
+    means = {{k: float(v) for k, v in weighted_means_over_ranks(totals).items()}}
+    caught.__exit__(None, None, None)
+    with open(f"result_{{rank}}.json", "w") as out:
+        json.dump({{"rank": rank, "first": first, "second": second, "undeclared": undeclared, "means": means,
+                   "warnings": [str(w.message) for w in warned]}}, out)
 """)
 
 QUERY_IMAGES_PER_SET = 5  # n_way x query_shots of tiny_data
@@ -141,6 +155,27 @@ def test_ledger_is_the_sum_over_ranks_of_what_each_labeled(ranks):
         assert ledger["support_images"] == sum(step["support_images"] for step in steps) == 60
         assert ledger["skipped_steps"] == 0
     assert ranks[0]["first"]["val_acc"] == ranks[1]["first"]["val_acc"]
+
+
+def test_epoch_values_are_logged_without_lightnings_sync_dist_advice(ranks):
+    """Every epoch-level value (the module's, the evaluation's, the dashboard callbacks') is either reduced by
+    Lightning or already the same on every rank (``collectives.log_equal_on_every_rank``): no advice to add
+    ``sync_dist=True``, which the ``undeclared`` run with the dashboard callbacks would have given for some 50 names."""
+    for rank in (0, 1):
+        advice = [w for w in ranks[rank]["warnings"] if "sync_dist" in w]
+        assert advice == [], f"rank {rank}: {advice[:3]}"
+
+
+def test_training_epoch_means_are_over_every_ranks_steps_and_equal_on_each(ranks):
+    for run in ("first", "undeclared"):
+        means = [ranks[rank][run]["epoch_means"] for rank in (0, 1)]
+        assert "train/acc_epoch" in means[0] and "train/loss_epoch" in means[0], means[0]
+        assert means[0] == means[1], f"{run}: each rank logged its own training means"
+
+
+def test_weighted_means_over_ranks_take_every_ranks_names_sums_and_weights(ranks):
+    for rank in (0, 1):  # a: (2 + 8) / (1 + 2); b: only rank 0's, 3 / 3
+        assert ranks[rank]["means"] == pytest.approx({"a": 10 / 3, "b": 1.0}, rel=1e-6)
 
 
 def test_a_sampler_that_declares_no_count_is_summed_over_ranks_without_a_barrier(ranks):

@@ -21,6 +21,8 @@ FOUNDATIONS = (
     "units_lightning.atomic",
     "units_lightning.backbones",
     "units_lightning.belief",
+    "units_lightning.collectives",
+    "units_lightning.compile_cache",
     "units_lightning.csv_history",
     "units_lightning.engines",
     "units_lightning.episode",

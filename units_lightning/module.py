@@ -20,6 +20,7 @@ from units_lightning.callbacks.non_finite import NonFiniteGuard
 from units_lightning.callbacks.results_writer import ResultsWriter
 from units_lightning.callbacks.sigterm import CheckpointOnSigterm
 from units_lightning.callbacks.summary_writer import SummaryWriter
+from units_lightning.collectives import log_equal_on_every_rank, weighted_means_over_ranks
 from units_lightning.engines import EngineFactory, EngineName, InnerLRMode, build_engine
 from units_lightning.engines.captured_step import COMPILE_MIN_STEPS, CapturedStep, MetaStep, auto_capture
 from units_lightning.episode import TaskBatch
@@ -330,10 +331,12 @@ class UnitsMAML(EpisodicEvaluation):
         self.train_means.reset()
 
     def on_train_epoch_end(self) -> None:
-        """Log the epoch means of the training values (``train/acc_epoch``, ...): weighted by labeled query sets."""
-        means = self.train_means.compute()
+        """Log the epoch means of the training values (``train/acc_epoch``, ...): weighted by labeled query sets, over
+        the steps of every process."""
+        means = weighted_means_over_ranks(self.train_means.totals())
         if means:
-            self.log_dict({keys.epoch_key(k): v for k, v in means.items()}, on_step=False, on_epoch=True)
+            values = {keys.epoch_key(k): v for k, v in means.items()}
+            log_equal_on_every_rank(self, values, on_step=False, on_epoch=True)
         self.train_means.reset()
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

@@ -12,6 +12,7 @@ from torch import Tensor
 
 from units_lightning import keys
 from units_lightning.callbacks._shared import step_values, wandb_loggers
+from units_lightning.collectives import log_equal_on_every_rank
 
 __all__ = ["SelectionMonitor"]
 
@@ -77,7 +78,8 @@ class SelectionMonitor(Callback):
                 levels = torch.quantile(values.cpu().double(), torch.tensor(self.quantiles, dtype=torch.float64))
                 for q, level in zip(self.quantiles, levels, strict=True):
                     metrics[keys.selection_quantile(name, round(100 * q))] = float(level)
-        pl_module.log_dict(metrics, on_step=False, on_epoch=True)
+        # From the scores of every rank (gathered above): the same on each.
+        log_equal_on_every_rank(pl_module, metrics, on_step=False, on_epoch=True)
         self._log_histograms(trainer, chosen_values, rejected_values)
 
     def _log_histograms(self, trainer: pl.Trainer, chosen_values: Tensor, rejected_values: Tensor) -> None:
@@ -105,4 +107,5 @@ class SelectionMonitor(Callback):
         ledger = getattr(pl_module, "ledger", None)
         if trainer.sanity_checking or ledger is None:
             return
-        pl_module.log(keys.LABEL_BUDGET_QUERY_SETS, float(ledger.query_sets), on_step=False, on_epoch=True)
+        spent = {keys.LABEL_BUDGET_QUERY_SETS: float(ledger.query_sets)}  # the ledger counts every rank's labels
+        log_equal_on_every_rank(pl_module, spent, on_step=False, on_epoch=True)

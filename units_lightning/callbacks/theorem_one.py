@@ -17,6 +17,7 @@ import torch
 from units_lightning import keys
 from units_lightning.callbacks._epoch_accumulator import EpochAccumulator
 from units_lightning.callbacks._shared import step_values
+from units_lightning.collectives import log_equal_on_every_rank
 from units_lightning.metrics.theorem_one import TheoremOneCheck
 
 __all__ = ["TheoremOneMonitor"]
@@ -59,7 +60,8 @@ class TheoremOneMonitor(EpochAccumulator):
         self._checks[stage].reset()
         if torch.isnan(holds):  # no task on any rank
             return
-        pl_module.log_dict(
+        log_equal_on_every_rank(  # the checks' states are reduced across ranks
+            pl_module,
             {keys.theorem1_holds(stage): float(holds), keys.theorem1_margin(stage): float(margin)},
             on_step=False,
             on_epoch=True,

@@ -10,6 +10,7 @@ import lightning.pytorch as pl
 from units_lightning import keys
 from units_lightning.callbacks._epoch_accumulator import EpochAccumulator
 from units_lightning.callbacks._shared import step_values
+from units_lightning.collectives import log_equal_on_every_rank
 from units_lightning.metrics.uncertainty import synced_count
 from units_lightning.metrics.vacuity_threshold import VacuityThresholdAccuracy
 
@@ -63,4 +64,4 @@ class UncertaintyCurves(EpochAccumulator):
         for threshold, acc, cov in zip(self.thresholds, accuracy.tolist(), coverage.tolist(), strict=True):
             metrics[keys.stage_key(keys.VAL_CURVE, keys.acc_vacuity_below(threshold))] = acc
             metrics[keys.stage_key(keys.VAL_CURVE, keys.coverage_vacuity_below(threshold))] = cov
-        pl_module.log_dict(metrics, on_step=False, on_epoch=True)
+        log_equal_on_every_rank(pl_module, metrics, on_step=False, on_epoch=True)  # counts summed across ranks

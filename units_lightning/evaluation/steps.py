@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 from units_lightning import keys
 from units_lightning.belief import belief, dissonance, expected_probability, query_beliefs, vacuity
+from units_lightning.collectives import log_equal_on_every_rank
 from units_lightning.engines import EnsembleEngine, adapt_and_predict_sets
 from units_lightning.episode import TaskBatch
 from units_lightning.evaluation.ensemble import CheckpointEnsemble, load_engines
@@ -101,7 +102,7 @@ class EpisodicEvaluation(pl.LightningModule):
             ]
         self.test_results = results
         self._log_epoch(keys.TEST, self.test_metrics.scalars(results))
-        self.log_dict(self.probes.scalars(results["ood"]))
+        log_equal_on_every_rank(self, self.probes.scalars(results["ood"]))  # the probes' metrics are reduced
         self.test_metrics.reset()
         self.probes.reset()
 
@@ -174,8 +175,9 @@ class EpisodicEvaluation(pl.LightningModule):
         return outputs, extra_logits
 
     def _log_epoch(self, stage: str, scalars: dict[str, float]) -> None:
-        """Log an evaluation epoch's numbers (``UncertaintyMetrics.scalars``, means over every process's tasks) under
-        ``<stage>/``, the accuracy also on the progress bar."""
+        """Log an evaluation epoch's numbers (``UncertaintyMetrics.scalars``, means over every process's tasks, the same
+        on each) under ``<stage>/``, the accuracy also on the progress bar."""
         named = {keys.stage_key(stage, k): v for k, v in scalars.items()}
-        self.log(keys.stage_key(stage, keys.ACC), named.pop(keys.stage_key(stage, keys.ACC)), prog_bar=True)
-        self.log_dict(named)
+        accuracy = keys.stage_key(stage, keys.ACC)
+        log_equal_on_every_rank(self, {accuracy: named.pop(accuracy)}, prog_bar=True)
+        log_equal_on_every_rank(self, named)

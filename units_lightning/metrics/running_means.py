@@ -34,13 +34,18 @@ class RunningMeans:
 
     def compute(self) -> dict[str, Tensor]:
         """The mean of every name seen since the last ``reset`` (empty if none, or if every weight was 0)."""
+        return {name: total / weight for name, (total, weight) in self.totals().items() if weight > 0}
+
+    def totals(self) -> dict[str, tuple[Tensor, float]]:
+        """Each name's sum of value x weight and sum of weights since the last ``reset``: what processes add up to
+        the means of all their steps (``collectives.weighted_means_over_ranks``)."""
         sums: dict[str, Tensor] = {}
         weights: dict[str, float] = {}
         for names, (total, weight) in self._sums.items():
             for name, value in zip(names, total.unbind(), strict=True):
                 sums[name] = sums[name] + value if name in sums else value
                 weights[name] = weights.get(name, 0.0) + weight
-        return {name: sums[name] / weights[name] for name in sums if weights[name] > 0}
+        return {name: (sums[name], weights[name]) for name in sums}
 
     def reset(self) -> None:
         self._sums = {}
