@@ -14,7 +14,7 @@ from pathlib import Path
 
 import benchmarks.tables
 from benchmarks.common import REPO
-from benchmarks.tables.folders import read_results, status
+from benchmarks.tables.folders import DONE, read_results, status
 from benchmarks.tables.grid import (
     GROUPS,
     METHODS,
@@ -29,7 +29,7 @@ from benchmarks.tables.grid import (
     shown,
     targets_of,
 )
-from benchmarks.tables.launcher import run_grid
+from benchmarks.tables.launcher import MPSUnavailable, run_grid, slots, sweep_rate
 from benchmarks.tables.report import write_tables
 
 
@@ -116,8 +116,24 @@ def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default="csv",
         help="csv: a CSVLogger in each run folder; config: the config's logger, its save_dir moved there",
     )
-    parser.add_argument("--parallel", type=int, default=1, help="runs at once")
-    parser.add_argument("--gpus", help="e.g. 0,1,2,3: run slots take these GPUs in turn (CUDA_VISIBLE_DEVICES)")
+    parser.add_argument(
+        "--parallel", type=int, help="runs at once, at most (default: 1; with --gpus, --per-gpu on each GPU)"
+    )
+    parser.add_argument(
+        "--gpus", help="e.g. 0,1,2,3: the GPUs runs are packed onto (CUDA_VISIBLE_DEVICES), --per-gpu on each"
+    )
+    parser.add_argument(
+        "--per-gpu",
+        type=int,
+        help="runs on each GPU at once, each GPU kept filled while runs are left (default 1, or as many as --parallel "
+        "needs)",
+    )
+    parser.add_argument(
+        "--mps",
+        action="store_true",
+        help="run the commands under a CUDA MPS daemon started for this call (several runs on one GPU share it "
+        "without time slices); needs nvidia-cuda-mps-control",
+    )
     parser.add_argument(
         "--time-limit", type=float, help="seconds this call may take; the runs checkpoint and stop in time"
     )
@@ -135,8 +151,11 @@ def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--tables", type=Path, help="where the tables go (default: <root>/tables)")
     args = parser.parse_args(argv)
-    if args.parallel < 1:
-        parser.error(f"--parallel must be >= 1, got {args.parallel}")
+    args.gpus = [g.strip() for g in args.gpus.split(",") if g.strip()] if args.gpus else []
+    try:
+        slots(args.gpus, args.per_gpu, args.parallel)
+    except ValueError as error:
+        parser.error(str(error))
     if args.time_limit is not None and args.time_limit <= args.grace:
         parser.error(f"--time-limit ({args.time_limit:g} s) must exceed --grace ({args.grace:g} s)")
     return args
@@ -186,14 +205,35 @@ def main(argv: Sequence[str] | None = None, started: float | None = None) -> int
         return 0
     failed = False
     if not args.tables_only:
-        gpus = [g.strip() for g in args.gpus.split(",") if g.strip()] if args.gpus else []
+        places = slots(args.gpus, args.per_gpu, args.parallel)
+        gpus = sorted({gpu for gpu in places if gpu is not None})
+        if gpus:
+            per_gpu = {gpu: places.count(gpu) for gpu in gpus}
+            print(f"packing: {len(places)} runs at once on GPUs {', '.join(f'{g} ({n})' for g, n in per_gpu.items())}")
+        done_before = {run for run in runs if (run.folder / DONE).is_file()}
         launched = time.monotonic()
-        outcomes = run_grid(
-            runs, options, args.parallel, gpus, args.time_limit, args.grace, report=_report, started=started
-        )
+        try:
+            outcomes = run_grid(
+                runs,
+                options,
+                args.parallel,
+                args.gpus,
+                args.time_limit,
+                args.grace,
+                report=_report,
+                started=started,
+                per_gpu=args.per_gpu,
+                mps=args.mps,
+            )
+        except MPSUnavailable as error:
+            print(f"paper_tables: {error}", file=sys.stderr)
+            return 2
+        wall = time.monotonic() - launched
         kinds = ("done", "stopped", "failed", "conflict")
         counts = {kind: sum(o.split(":")[0] == kind for o in outcomes.values()) for kind in kinds}
-        print(f"{time.monotonic() - launched:.0f} s: " + ", ".join(f"{n} {k}" for k, n in counts.items() if n))
+        print(f"{wall:.0f} s: " + ", ".join(f"{n} {k}" for k, n in counts.items() if n))
+        finished = sum(outcome == "done" and run not in done_before for run, outcome in outcomes.items())
+        print(sweep_rate(finished, wall, len(gpus)))
         for run, outcome in outcomes.items():
             if outcome.startswith(("failed", "conflict")):
                 print(f"  {run.label}: {outcome}")

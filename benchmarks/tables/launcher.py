@@ -1,16 +1,19 @@
-"""Running the grid: each run's commands as subprocesses, several at a time on their GPUs, each recorded in the run's
-``run.json``, all stopped in time (SIGTERM, then SIGKILL at the limit) so that the next call continues them."""
+"""Running the grid: each run's commands as subprocesses, several at a time on their GPUs (``slots``: K runs on each
+GPU, every GPU kept filled), each recorded in the run's ``run.json``, all stopped in time (SIGTERM, then SIGKILL at
+the limit) so that the next call continues them; and the sweep's rate, runs per GPU-hour."""
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
@@ -186,28 +189,115 @@ def execute_run(run: Run, launcher: Launcher, gpu: str | None, options: Options)
     return "done"
 
 
+def slots(gpus: Sequence[str] = (), per_gpu: int | None = None, parallel: int | None = None) -> list[str | None]:
+    """The places runs take, one run each at a time: every GPU ``per_gpu`` times, interleaved so that runs spread
+    over the GPUs first, at most ``parallel`` in all; without GPUs, ``parallel`` (default 1) places of no GPU.
+
+    ``per_gpu`` defaults to 1, or with ``parallel`` to as many as ``parallel`` runs need (slot i on
+    ``gpus[i % len(gpus)]``, as ``--parallel`` alone always did).
+
+    Example:
+        >>> slots(["0", "1"], per_gpu=2)
+        ['0', '1', '0', '1']
+        >>> slots(["0", "1", "2"], parallel=4), slots(parallel=2)
+        (['0', '1', '2', '0'], [None, None])
+
+    Raises:
+        ValueError: ``per_gpu`` or ``parallel`` below 1, or ``per_gpu`` without GPUs.
+    """
+    if per_gpu is not None and per_gpu < 1 or parallel is not None and parallel < 1:
+        raise ValueError(f"runs per GPU and runs at once must be >= 1, got {per_gpu} and {parallel}")
+    if not gpus:
+        if per_gpu is not None:
+            raise ValueError("--per-gpu needs the GPUs to pack the runs onto (--gpus 0,1,...)")
+        return [None] * (parallel or 1)
+    if per_gpu is None:
+        per_gpu = math.ceil(parallel / len(gpus)) if parallel else 1
+    return [gpus[i % len(gpus)] for i in range(len(gpus) * per_gpu)][:parallel]
+
+
+def sweep_rate(finished: int, wall_s: float, gpus: int) -> str:
+    """One line on what a call of the sweep did: runs finished, wall time, GPUs, runs per GPU-hour (per hour on
+    the CPU, ``gpus`` 0).
+
+    Example:
+        >>> sweep_rate(12, 5400, 4)
+        '12 runs finished in 1.50 h on 4 GPUs: 2.00 runs per GPU-hour'
+    """
+    hours = wall_s / 3600
+    where = f"on {gpus} GPU{'s' if gpus != 1 else ''}" if gpus else "on the CPU"
+    per = "runs per GPU-hour" if gpus else "runs per hour"
+    rate = finished / (hours * max(gpus, 1)) if hours > 0 else 0.0
+    return f"{finished} run{'s' if finished != 1 else ''} finished in {hours:.2f} h {where}: {rate:.2f} {per}"
+
+
+MPS_CONTROL = "nvidia-cuda-mps-control"
+
+
+class MPSUnavailable(RuntimeError):
+    """``--mps`` asked for, and no CUDA MPS daemon could be started."""
+
+
+@contextlib.contextmanager
+def cuda_mps(folder: Path, environment: dict[str, str]) -> Iterator[None]:
+    """Start a CUDA MPS control daemon (NVIDIA's Multi-Process Service: the processes on one GPU share a context, so
+    their kernels run side by side instead of taking turns) for the block, its pipe and log folders under ``folder``
+    and named in ``environment`` (which the commands get); ``quit`` it at the end.
+
+    Raises:
+        MPSUnavailable: no ``nvidia-cuda-mps-control`` on the PATH, or the daemon did not start.
+    """
+    control = shutil.which(MPS_CONTROL, path=environment.get("PATH"))
+    if control is None:
+        raise MPSUnavailable(
+            f"--mps: {MPS_CONTROL} is not on the PATH (it comes with the NVIDIA driver); run without --mps, "
+            "several runs per GPU still share it by time slices"
+        )
+    pipe, log = folder / "pipe", folder / "log"
+    pipe.mkdir(parents=True, exist_ok=True)
+    log.mkdir(parents=True, exist_ok=True)
+    environment.update(CUDA_MPS_PIPE_DIRECTORY=str(pipe), CUDA_MPS_LOG_DIRECTORY=str(log))
+    started = subprocess.run([control, "-d"], env=environment, capture_output=True, text=True, timeout=60)
+    if started.returncode != 0:
+        raise MPSUnavailable(
+            f"--mps: {MPS_CONTROL} -d exited with {started.returncode} ({(started.stderr or started.stdout).strip()}); "
+            f"its log is in {log}. Run without --mps, or ask whoever runs the machine whether MPS is allowed"
+        )
+    try:
+        yield
+    finally:
+        subprocess.run([control], input="quit\n", env=environment, capture_output=True, text=True, timeout=60)
+
+
 def run_grid(
     runs: Sequence[Run],
     options: Options,
-    parallel: int = 1,
+    parallel: int | None = None,
     gpus: Sequence[str] = (),
     time_limit: float | None = None,
     grace: float = 60.0,
     report: Callable[[str], None] = print,
     started: float | None = None,
+    per_gpu: int | None = None,
+    mps: bool = False,
 ) -> dict[Run, str]:
-    """Continue every run (in ``launch_order``), ``parallel`` at a time (slot i on ``gpus[i % len(gpus)]``), within
-    ``time_limit`` seconds.
+    """Continue every run (in ``launch_order``) in the places of ``slots(gpus, per_gpu, parallel)``: a run takes a
+    free place (its GPU as ``CUDA_VISIBLE_DEVICES``) and gives it back when its commands are done, so each GPU runs
+    ``per_gpu`` at a time while runs are left; all within ``time_limit`` seconds.
 
     ``grace`` seconds before the limit: nothing more is launched and the running commands get SIGTERM; at the limit
-    those still running are killed. SIGTERM or SIGINT to this process stops the same way at once.
+    those still running are killed. SIGTERM or SIGINT to this process stops the same way at once. ``mps``: the
+    commands run under one CUDA MPS daemon (``cuda_mps``, its folders in ``<root>/.mps``), started and stopped here.
     """
+    places = slots(gpus, per_gpu, parallel)
     environment = dict(os.environ)
-    environment.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // parallel)))
+    environment.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // len(places))))
     environment.setdefault("WANDB_MODE", "offline")
+    daemon = contextlib.ExitStack()
+    if mps:
+        daemon.enter_context(cuda_mps(options.root / ".mps", environment))
     launcher = Launcher(environment)
-    slots = [gpus[i % len(gpus)] if gpus else None for i in range(parallel)]
-    free = list(slots)
+    free = list(places)
     free_lock = threading.Lock()
     outcomes: dict[Run, str] = {}
 
@@ -237,7 +327,7 @@ def run_grid(
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     start = time.monotonic() if started is None else started
     try:
-        with ThreadPoolExecutor(max_workers=parallel) as pool:
+        with ThreadPoolExecutor(max_workers=len(places)) as pool:
             futures = [pool.submit(work, run) for run in launch_order(runs)]
             while not all(f.done() for f in futures):
                 time.sleep(0.5)
@@ -250,6 +340,7 @@ def run_grid(
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        daemon.close()
     return {run: outcomes.get(run, "stopped") for run in runs}
 
 

@@ -1,0 +1,46 @@
+"""``RecordRank``: a callback that a test adds to a ``units-lightning fit`` started in other processes (torchrun), so
+that each rank leaves what it ended with: its place, its weights' digest, its step and its label ledger."""
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback
+
+
+def weights_digest(module: pl.LightningModule) -> str:
+    return hashlib.sha256(b"".join(p.detach().cpu().numpy().tobytes() for p in module.parameters())).hexdigest()
+
+
+class RecordRank(Callback):
+    """Write ``rank_<global rank>.json`` into ``folder`` when training ends (on every rank).
+
+    Args:
+        folder: where the records go (one folder for every node of the test).
+    """
+
+    def __init__(self, folder: str):
+        self.folder = Path(folder)
+        self.initial: str | None = None
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.initial = weights_digest(pl_module)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        record = {
+            "global_rank": trainer.global_rank,
+            "node_rank": trainer.node_rank,
+            "local_rank": trainer.local_rank,
+            "world_size": trainer.world_size,
+            "environment": type(trainer.strategy.cluster_environment).__name__,
+            "torchrun": {k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK")},
+            "initial": self.initial,
+            "weights": weights_digest(pl_module),
+            "global_step": trainer.global_step,
+            "ledger": pl_module.ledger.state_dict(),
+            "val_acc": float(trainer.callback_metrics["val/acc"]),
+        }
+        self.folder.mkdir(parents=True, exist_ok=True)
+        (self.folder / f"rank_{trainer.global_rank}.json").write_text(json.dumps(record))
