@@ -10,6 +10,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import WandbLogger
 
 from units_lightning.evaluation.results import format_results, write_results
+from units_lightning.resume import stored_run
 from units_lightning.runs import run_directory
 
 __all__ = ["ResultsWriter"]
@@ -37,6 +38,9 @@ class ResultsWriter(Callback):
         if not trainer.is_global_zero or not results:
             return
         context: dict[str, Any] = {"checkpoint": None if trainer.ckpt_path is None else str(trainer.ckpt_path)}
+        # The step of the checkpoint tested, read now: last.ckpt is overwritten when the run trains on, and the
+        # report compares this step with the run's last validation.
+        context["checkpoint_step"] = _stored_step(trainer.ckpt_path)
         datamodule = getattr(trainer, "datamodule", None)
         spec = getattr(datamodule, "eval_spec", None)
         if spec is not None:
@@ -48,3 +52,13 @@ class ResultsWriter(Callback):
         self.path = write_results({**context, **results}, directory, wandb_run)
         if self.verbose:
             print(format_results(results) + f"\n  written to {self.path} (plots beside it)", flush=True)
+
+
+def _stored_step(ckpt_path: str | None) -> int | None:
+    """The global step stored in the checkpoint file at ``ckpt_path``; None without one or where it cannot be read."""
+    if ckpt_path is None or not Path(ckpt_path).is_file():
+        return None
+    try:
+        return stored_run(ckpt_path)["global_step"]
+    except Exception:  # the results stand without it; the report then says less
+        return None

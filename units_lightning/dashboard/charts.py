@@ -32,8 +32,11 @@ class Chart:
             quantiles of the same values); ``"threshold_curve"`` (the ``val_curve`` keys drawn against their
             threshold, one line per validation).
         y_label: label of the y axis.
-        y_range: fixed y-axis range, ``None`` for automatic ends.
+        y_range: fixed y-axis range, ``None`` for automatic ends, in the logged values' units.
         about: one sentence under the chart in the report: what it shows, in words.
+        percent: the values are fractions (accuracy, coverage) that the report draws in % (as its tables show
+            them); W&B panels show them as logged.
+        chance: the values are accuracies: the report draws the chance line, 1 / N for N-way tasks.
     """
 
     section: str
@@ -45,6 +48,8 @@ class Chart:
     y_label: str = ""
     y_range: tuple[float | None, float | None] = field(default=(None, None))
     about: str = ""
+    percent: bool = False
+    chance: bool = False
 
     def matching(self, keys: Iterable[str]) -> list[str]:
         """The keys this chart draws among ``keys``: its ``y`` keys present, plus those matching ``y_pattern``."""
@@ -72,6 +77,8 @@ def series_label(key: str) -> str:
     ('train incorrect belief', 'validation accuracy', 'eta')
     >>> series_label("selection/uncertainty_rejected_p90"), series_label("selection/slot_win/2")
     ('rejected, 90th percentile', 'query-set slot 2')
+    >>> series_label("selection/uncertainty_chosen_hist")
+    'chosen'
     """
     prefix, _, name = key.partition("/")
     name = re.sub(r"_(epoch|step)$", "", name)
@@ -82,6 +89,9 @@ def series_label(key: str) -> str:
         quantile = re.fullmatch(r"uncertainty_(chosen|rejected)_p(\d+)", name)
         if quantile:
             return f"{quantile.group(1)}, {_QUANTILE_WORDS.get(quantile.group(2), 'p' + quantile.group(2))}"
+        histogram = re.fullmatch(r"uncertainty_(chosen|rejected)_hist", name)
+        if histogram:
+            return histogram.group(1)
         return name.removeprefix("uncertainty_").replace("_", " ")
     if prefix in ("schedule", "labels", "label_budget"):
         return _NAME_WORDS.get(name, name.replace("_", " "))
@@ -142,6 +152,8 @@ def charts(thresholds: Iterable[float] = keys.CURVE_VACUITY_THRESHOLDS) -> tuple
             y_label="accuracy",
             y_range=(0.0, 1.0),
             about="Training accuracy on the labeled query sets and validation accuracy, per epoch.",
+            percent=True,
+            chance=True,
         ),
         Chart(
             "Schedules",
@@ -200,6 +212,8 @@ def charts(thresholds: Iterable[float] = keys.CURVE_VACUITY_THRESHOLDS) -> tuple
             y_label="validation accuracy",
             y_range=(0.0, 1.0),
             about="Accuracy bought by each label: the curve a label-efficient method should lift.",
+            percent=True,
+            chance=True,
         ),
         Chart(
             "Label budget",
@@ -217,16 +231,19 @@ def charts(thresholds: Iterable[float] = keys.CURVE_VACUITY_THRESHOLDS) -> tuple
             y_range=(0.0, 1.0),
             about="Accuracy of the queries the model is sure of (vacuity below t); dark purple: the first validation, "
             "thick yellow: the latest.",
+            percent=True,
+            chance=True,
         ),
         Chart(
             "Uncertainty curves",
             "Coverage vs vacuity threshold (one line per validation)",
             coverage,
             kind="threshold_curve",
-            y_label="fraction of queries with vacuity < t",
+            y_label="share of queries with vacuity < t",
             y_range=(0.0, 1.0),
             about="The fraction of queries kept at each threshold (vacuity below t); one line per validation, "
             "coloured as in the accuracy chart.",
+            percent=True,
         ),
     )
 

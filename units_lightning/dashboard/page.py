@@ -61,6 +61,8 @@ th,td{border:1px solid #ddd;padding:.35em .7em;text-align:left;vertical-align:to
 thead th{background:#f3f5f8}tbody th{font-weight:600;background:#fafafa}td.num{font-variant-numeric:tabular-nums}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:.3em 1em}dt{font-weight:600}dd{margin:0}
 details{margin:.6em 0}summary{cursor:pointer;font-weight:600}
+.warning{background:#fff4d6;border:1px solid #e0a800;border-left:6px solid #e0a800;border-radius:4px;
+padding:.6em .9em;margin:.8em 0;max-width:70em}.warning strong{color:#7a4d00}
 """
 
 
@@ -142,9 +144,11 @@ def _section(section: Section, level: int = 2) -> str:
     return body
 
 
-def render(title: str, subtitle: str, sections: Sequence[Section], skipped: Sequence[str]) -> str:
-    """The whole page: a title, a line of what was read, a table of contents, the sections, the terms, and the
-    charts that had nothing to draw."""
+def render(
+    title: str, subtitle: str, sections: Sequence[Section], skipped: Sequence[str], warnings: Sequence[str] = ()
+) -> str:
+    """The whole page: a title, a line of what was read, a table of contents, the warnings (plain text, with
+    `backquoted` commands), the sections, the terms, and the charts that had nothing to draw."""
     terms = "".join(f"<dt>{html.escape(name)}</dt><dd>{html.escape(text)}</dd>" for name, text in TERMS)
     nav = "".join(f'<a href="#{html.escape(s.anchor)}">{html.escape(s.title)}</a>' for s in sections)
     parts = [
@@ -154,6 +158,7 @@ def render(title: str, subtitle: str, sections: Sequence[Section], skipped: Sequ
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>",
         f'<header><h1>{html.escape(title)}</h1><p class="note">{subtitle}</p>',
         f'<nav>{nav}<a href="#terms">Terms</a></nav></header>',
+        *(f'<p class="warning" role="alert"><strong>Warning.</strong> {_inline_code(text)}</p>' for text in warnings),
         *(_section(section) for section in sections),
         f'<h2 id="terms">Terms</h2><dl>{terms}</dl>',
     ]

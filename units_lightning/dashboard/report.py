@@ -15,16 +15,25 @@ import argparse
 import html
 import os
 import re
+import shlex
+import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from units_lightning import keys
 from units_lightning.dashboard.charts import CHARTS, Chart
 from units_lightning.dashboard.page import Figure, Section, Table, render
-from units_lightning.dashboard.plots import draw, draw_compared, selective_accuracy, shift_probes, threshold_curves
-from units_lightning.dashboard.run_info import RunInfo, runs_to_report
+from units_lightning.dashboard.plots import (
+    draw,
+    draw_compared,
+    draw_histograms,
+    selective_accuracy,
+    shift_probes,
+    threshold_curves,
+)
+from units_lightning.dashboard.run_info import RunInfo, runs_to_report, stored_step
 from units_lightning.dashboard.run_log import find_log
 from units_lightning.runs import REPORT, find_run_folders
 
@@ -43,12 +52,15 @@ class Report:
         images: the PNG files, in page order.
         skipped: titles of charts with nothing to draw, and why.
         runs: the runs drawn.
+        warnings: what the page warns of at its top (numbers of different models side by side), one paragraph
+            each; ``units-lightning report`` prints them on stderr too.
     """
 
     html: Path
     images: list[Path]
     skipped: list[str]
     runs: list[RunInfo]
+    warnings: list[str] = field(default_factory=list)
 
 
 class NothingToShow(ValueError):
@@ -146,6 +158,58 @@ def _labels(runs: list[RunInfo], given: Sequence[str] | None) -> None:
         run.label = f"{setting} ({short}{'/' + run.folder.name if run.folder.name != short else ''})"
 
 
+_VAL_ACC = keys.stage_key(keys.VAL, keys.ACC)
+_VAL_CI = keys.stage_key(keys.VAL, keys.ACC_CI95)
+
+
+def _validation_accuracy(run: RunInfo) -> Any:
+    return (run.summary or {}).get("val_accuracy", _last(run, _VAL_ACC))
+
+
+def _mixed_steps(run: RunInfo) -> tuple[int, int] | None:
+    """``(last validation step, tested step)`` where the run's test is of another checkpoint than its last
+    validation, else None."""
+    validated, tested = run.last_validation_step, run.tested_step
+    if run.results is None or validated is None or tested is None or validated == tested:
+        return None
+    return validated, tested
+
+
+def _like_with_like(run: RunInfo) -> str | None:
+    """The warning for a run whose headline puts the last validation beside a test of another checkpoint: both
+    steps, the validation at the tested step where the log has it, and the command that tests the validated
+    model."""
+    steps = _mixed_steps(run)
+    if steps is None:
+        return None
+    validated, tested = steps
+    accuracy = (run.results or {}).get("accuracy") or {}
+    checkpoint = Path(str((run.results or {}).get("checkpoint"))).name
+    rows = run.log.rows if run.log else []
+    then = [row[_VAL_ACC] for row in rows if row.get("step") == tested and isinstance(row.get(_VAL_ACC), int | float)]
+    when = "an earlier" if tested < validated else "a later"
+    text = (
+        f"{run.label}: the final validation accuracy ({_pct(_validation_accuracy(run))}) is the last validation, at "
+        f"step {validated}, but the test accuracy ({_pct(accuracy.get('mean'))}) is of {when} checkpoint, "
+        f"{checkpoint} at step {tested}: the two numbers describe different models."
+    )
+    options = [f"compare the test with the validation at step {tested} ({_pct(then[-1])})"] if then else []
+    last = ((run.summary or {}).get("checkpoints") or {}).get("last")
+    path = run.folder / last if last else None
+    config = run.folder / "config.yaml"
+    if path is not None and path.is_file() and config.is_file():
+        stored = stored_step(path)
+        which = {validated: f"the model of step {validated}", None: "the last checkpoint"}.get(
+            stored, f"the last checkpoint (step {stored})"
+        )
+        command = f"units-lightning test --config {shlex.quote(str(config))} --ckpt_path {shlex.quote(str(path))}"
+        options.append(f"test {which}: `{command}`")
+    else:
+        options.append(f"test the checkpoint of step {validated} (`units-lightning test --ckpt_path <its file>`)")
+    text += " To compare like with like, " + ", or ".join(options) + "."
+    return text
+
+
 def _headline(runs: list[RunInfo]) -> Table:
     rows: list[list[str]] = []
 
@@ -155,22 +219,24 @@ def _headline(runs: list[RunInfo]) -> Table:
 
     row("Setting", [run.setting for run in runs])
     row("Data", [run.data or _NA for run in runs])
-    val = [
-        _pct(
-            (run.summary or {}).get("val_accuracy", _last(run, keys.stage_key(keys.VAL, keys.ACC))),
-            (run.summary or {}).get("val_accuracy_ci95", _last(run, keys.stage_key(keys.VAL, keys.ACC_CI95))),
-        )
-        for run in runs
-    ]
-    row("Final validation accuracy (± 95% CI)", val)
+    val = []
+    for run in runs:
+        text = _pct(_validation_accuracy(run), (run.summary or {}).get("val_accuracy_ci95", _last(run, _VAL_CI)))
+        step = run.last_validation_step
+        val.append(f"{text} (step {step})" if text != _NA and step is not None else text)
+    row("Final validation accuracy (± 95% CI; step)", val)
     test = []
     for run in runs:
         accuracy = (run.results or {}).get("accuracy") or {}
         tasks = (run.results or {}).get("tasks")
         text = _pct(accuracy.get("mean"), accuracy.get("ci95"))
         checkpoint = Path(str((run.results or {}).get("checkpoint") or "")).name
+        step = run.tested_step
+        if checkpoint and step is not None and not re.search(rf"(?:^|[^a-z])step=?{step}(?!\d)", checkpoint):
+            checkpoint += f" at step {step}"
         details = ", ".join(part for part in (f"{tasks} tasks" if tasks else "", checkpoint) if part)
-        test.append(f"{text} ({details})" if text != _NA and details else text)
+        mark = " ⚠" if _mixed_steps(run) else ""
+        test.append(f"{text} ({details}){mark}" if text != _NA and details else text)
     row("Test accuracy (± 95% CI; tasks, checkpoint)", test)
     for threshold in keys.REPORTED_VACUITY_THRESHOLDS:
         cells = []
@@ -220,7 +286,8 @@ def _headline(runs: list[RunInfo]) -> Table:
         ["", *(run.label for run in runs)],
         rows,
         "Validation: the last validation of training (summary.json). Test: `units-lightning test` (results.json), "
-        "on its own fixed, seeded test tasks. n/a: not measured for this run.",
+        "on its own fixed, seeded test tasks. ⚠: the test is of another checkpoint than the last validation (see "
+        "the warning at the top). n/a: not measured for this run.",
     )
 
 
@@ -310,7 +377,8 @@ def _test_section(runs: list[RunInfo], out: Path, images: list[Path]) -> Section
             "test_threshold_curve.png",
             "Accuracy and coverage vs vacuity threshold",
             threshold_curves(tested),
-            "Solid: accuracy of the queries with vacuity below the threshold; dashed: the fraction of queries kept.",
+            "Solid: accuracy of the queries with vacuity below the threshold; dashed: the share of queries kept; "
+            "grey dashes: chance.",
         ),
         (
             "test_selective_accuracy.png",
@@ -319,15 +387,21 @@ def _test_section(runs: list[RunInfo], out: Path, images: list[Path]) -> Section
             "Accuracy of the most confident queries against the fraction kept: it should rise as fewer are kept.",
         ),
     ]
-    plots += [
-        (
-            f"test_ood_{_slug(kind)}.png",
-            f"Out of distribution: {kind}",
-            shift_probes(kind, tested),
-            f"Accuracy (left) and mean vacuity (right) of query sets under {kind}.",
-        )
-        for kind in kinds
-    ]
+    for kind in kinds:
+        plots += [
+            (
+                f"test_ood_{_slug(kind)}_accuracy.png",
+                f"Out of distribution: {kind}, accuracy",
+                shift_probes(kind, tested, "accuracy"),
+                f"Accuracy of the query sets under {kind}; dashed: chance.",
+            ),
+            (
+                f"test_ood_{_slug(kind)}_vacuity.png",
+                f"Out of distribution: {kind}, vacuity",
+                shift_probes(kind, tested, "vacuity"),
+                f"Mean vacuity of the query sets under {kind}: it should rise where accuracy falls.",
+            ),
+        ]
     for name, title, figure, caption in plots:
         if figure is not None:
             section.figures.append(Figure(_save(figure, out / name, images), title, caption))
@@ -342,22 +416,39 @@ def _chart_sections(
     images: list[Path],
     skipped: list[str],
     source: str,
+    n_way: int | None = None,
 ) -> list[Section]:
     sections: dict[str, Section] = {}
     for index, chart in enumerate(charts):
-        figure = draw(chart, rows)
+        title, about, drawn = chart.title, chart.about, [chart]
+        if chart.kind == "histogram":
+            # a section's histograms (chosen, rejected) share one figure: the same bins and y-scale
+            drawn = [other for other in charts if other.kind == "histogram" and other.section == chart.section]
+            if chart is not drawn[0]:
+                continue
+            if len(drawn) > 1:
+                title = _HISTOGRAMS_TITLE
+                about = _HISTOGRAMS_ABOUT
+            figure = draw_histograms(drawn, rows)
+        else:
+            figure = draw(chart, rows, n_way)
         if figure is None:
             reason = "not logged in this run"
             if chart.kind == "histogram" and source != "wandb":
                 reason = "needs W&B histograms; the quantile chart shows the same values"
-            skipped.append(f"{prefix}{chart.title}: {reason}")
+            skipped.extend(f"{prefix}{each.title}: {reason}" for each in drawn)
             continue
-        path = _save(
-            figure, out / f"{_slug(prefix) + '_' if prefix else ''}{index:02d}_{_slug(chart.title)}.png", images
-        )
+        path = _save(figure, out / f"{_slug(prefix) + '_' if prefix else ''}{index:02d}_{_slug(title)}.png", images)
         section = sections.setdefault(chart.section, Section(chart.section, _slug(prefix + chart.section)))
-        section.figures.append(Figure(path, chart.title, chart.about))
+        section.figures.append(Figure(path, title, about))
     return list(sections.values())
+
+
+_HISTOGRAMS_TITLE = "Task uncertainty of chosen vs rejected query sets (histograms)"
+_HISTOGRAMS_ABOUT = (
+    "The task uncertainty of the chosen and of the rejected query sets in the latest epoch (W&B runs), on shared "
+    "bins and one y-scale (the share of each side's sets per bin): chosen sets should sit to the right."
+)
 
 
 def _compared_sections(
@@ -365,12 +456,13 @@ def _compared_sections(
 ) -> list[Section]:
     """Every series of the line charts with fixed keys, one chart per series with a line per run."""
     logged = [(run.label, run.log.rows if run.log else []) for run in runs]
+    n_ways = [run.n_way for run in runs]
     sections: dict[str, Section] = {}
     for index, chart in enumerate(charts):
         if chart.kind != "line" or not chart.y:
             continue
         for key in chart.y:
-            figure = draw_compared(chart, key, logged)
+            figure = draw_compared(chart, key, logged, n_ways)
             if figure is None:
                 skipped.append(f"{chart.title}, {key}: logged by none of the runs")
                 continue
@@ -447,7 +539,8 @@ def build_report(
     if len(runs) == 1:
         run = runs[0]
         rows = run.log.rows if run.log else []
-        training = _chart_sections(charts, rows, out, "", images, skipped, run.log.source if run.log else "")
+        source = run.log.source if run.log else ""
+        training = _chart_sections(charts, rows, out, "", images, skipped, source, run.n_way)
         sections.append(Section("Training", "training", subsections=training))
         title = f"Run report: {run.label}"
         subtitle = f"Run <code>{html.escape(str(run.folder))}</code>" + _read_from(run)
@@ -456,16 +549,18 @@ def build_report(
         sections.append(Section("Side by side", "compare", "One line per run, on shared axes.", subsections=compared))
         for number, run in enumerate(runs, 1):
             rows = run.log.rows if run.log else []
-            own = _chart_sections(charts, rows, out, f"run{number} ", images, [], run.log.source if run.log else "")
+            source = run.log.source if run.log else ""
+            own = _chart_sections(charts, rows, out, f"run{number} ", images, [], source, run.n_way)
             sections.append(
                 Section(f"{run.label}: every chart", f"run{number}", _read_from(run), subsections=own, folded=True)
             )
         title = "Runs side by side: " + " vs ".join(run.label for run in runs)
         subtitle = ", ".join(f"{html.escape(run.label)}: <code>{html.escape(str(run.folder))}</code>" for run in runs)
     sections.append(_files(runs))
+    warnings = [warning for warning in map(_like_with_like, runs) if warning]
     page = out / "report.html"
-    page.write_text(render(title, subtitle, sections, skipped))
-    return Report(page, images, skipped, runs)
+    page.write_text(render(title, subtitle, sections, skipped, warnings))
+    return Report(page, images, skipped, runs, warnings)
 
 
 def _read_from(run: RunInfo) -> str:
@@ -496,6 +591,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         report = build_report(args.runs, args.out, labels=args.label)
     except (FileNotFoundError, ImportError, ValueError) as error:
         parser.exit(2, f"units-lightning report: error: {error}\n")
+    for warning in report.warnings:
+        print(f"units-lightning report: warning: {warning}", file=sys.stderr, flush=True)
     print(f"wrote {report.html} ({len(report.images)} PNGs beside it)")
     print(f"  open file://{report.html.resolve()}")
     if report.skipped:

@@ -8,16 +8,18 @@ Units-ST, Units-ML) from its loss and sampler classes.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from units_lightning.dashboard.run_log import RunLog, read_log, read_run_log
+from units_lightning.dashboard.run_log import RunLog, finite, read_log, read_run_log
+from units_lightning.keys import ACC, VAL, stage_key
 from units_lightning.runs import CONFIG, RESULTS, SUMMARY, find_run_folders, is_run_folder
 
-__all__ = ["RunInfo", "describe_run", "runs_to_report", "setting_name"]
+__all__ = ["RunInfo", "describe_run", "runs_to_report", "setting_name", "stored_step"]
 
 # (loss class, sampler class) -> the paper's name for the setting (docs/REFERENCE.md, "What one training step does").
 _SETTINGS = {
@@ -58,6 +60,49 @@ class RunInfo:
         return setting_name(self.config) if self.config else "run"
 
     @property
+    def n_way(self) -> int | None:
+        """N of the run's N-way training tasks (its config, else its summary's chance accuracy), or None."""
+        init_args = ((self.config or {}).get("data") or {}).get("init_args") or {}
+        if isinstance(init_args.get("n_way"), int):
+            return init_args["n_way"]
+        chance = (self.summary or {}).get("chance_accuracy")
+        return round(1 / chance) if isinstance(chance, int | float) and chance > 0 else None
+
+    @property
+    def last_validation_step(self) -> int | None:
+        """The step of the run's last validation, the one ``summary.json`` reports: the step of the last logged
+        ``val/acc``, else (no log) the summary's steps; None for a run that never validated."""
+        key = stage_key(VAL, ACC)
+        rows = [row for row in (self.log.rows if self.log else []) if finite(row.get(key)) and finite(row.get("step"))]
+        if rows:
+            return int(rows[-1]["step"])
+        steps = (self.summary or {}).get("steps")
+        return steps if isinstance(steps, int) and (self.summary or {}).get("val_accuracy") is not None else None
+
+    @property
+    def tested_step(self) -> int | None:
+        """The step of the checkpoint the run's ``results.json`` tested, or None where it cannot be told.
+
+        ``results.json`` records it (``checkpoint_step``); for one written before it did, the step in the
+        checkpoint's name (``step200-acc0.9000.ckpt``), else the step stored in the checkpoint file if that file
+        is no newer than the results (``last.ckpt`` is rewritten when the run trains on).
+        """
+        results = self.results or {}
+        if isinstance(results.get("checkpoint_step"), int):
+            return results["checkpoint_step"]
+        checkpoint = results.get("checkpoint")
+        if not checkpoint:
+            return None
+        path = Path(str(checkpoint))
+        named = re.search(r"(?:^|[^a-z])step=?(\d+)", path.name)
+        if named:
+            return int(named.group(1))
+        written = self.folder / RESULTS
+        if path.is_file() and written.is_file() and path.stat().st_mtime <= written.stat().st_mtime:
+            return stored_step(path)
+        return None
+
+    @property
     def data(self) -> str:
         """``SyntheticGlyphs, 5-way 1-shot``, from the config."""
         data = (self.config or {}).get("data") or {}
@@ -65,6 +110,16 @@ class RunInfo:
         name = str(data.get("class_path", "")).rsplit(".", 1)[-1].removesuffix("DataModule")
         shape = f"{init_args['n_way']}-way {init_args['k_shot']}-shot" if {"n_way", "k_shot"} <= set(init_args) else ""
         return ", ".join(part for part in (name, shape) if part)
+
+
+def stored_step(path: str | Path) -> int | None:
+    """The global step stored in a checkpoint file, or None where it cannot be read."""
+    from units_lightning.resume import stored_run  # torch: only where a checkpoint is read
+
+    try:
+        return stored_run(path)["global_step"]
+    except Exception:  # not a readable checkpoint: the report says less, it does not fail
+        return None
 
 
 def _class_name(spec: Any) -> str:
