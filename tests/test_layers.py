@@ -36,6 +36,7 @@ FOUNDATIONS = (
     "units_lightning.samplers",
     "units_lightning.schedules",
     "units_lightning.sigterm",
+    "units_lightning.strategies",
 )
 DATA_MODULES = ("units_lightning.data.episodic", "units_lightning.data.datamodules", "units_lightning.data.prediction")
 ABOVE = ("units_lightning.module", "units_lightning.callbacks", "units_lightning.cli", "units_lightning.__main__")
