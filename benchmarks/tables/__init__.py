@@ -30,6 +30,10 @@ of GPU time fill one seed of every cell before the next. A folder made with othe
 sets ``seed_everything`` and the episode streams (``data.seed``) of training and validation; tests always use the
 config's own seeds, so every run is tested on the same tasks.
 
+Runs are packed onto the GPUs of ``--gpus``, ``--per-gpu`` K at once on each (default 1), every GPU refilled as soon
+as one of its runs ends (``launcher.slots``; ``--parallel`` caps the runs at once; ``--mps`` runs them under a CUDA MPS
+daemon), and a call ends by printing its runs per GPU-hour (``launcher.sweep_rate``).
+
 ``--time-limit`` stops launching commands ``--grace`` seconds before the limit and sends SIGTERM to those still
 running: a training run finishes its step, writes ``last.ckpt`` when that step is one in the middle of an epoch
 with no validation after it (``units_lightning.callbacks.CheckpointOnSigterm``, which every fit has; otherwise

@@ -180,7 +180,7 @@ class CapturedStep:
         steps = trainer.estimated_stepping_batches
         if auto_capture(steps, trainer.world_size) == "compile":
             rank_zero_info(
-                f"capture auto: compiling the inner loop for this run of {steps:,.0f} steps (once, about 2 minutes; "
-                "model.capture=cuda_graph skips it)"
+                f"capture auto: compiling the inner loop for this run of {steps:,.0f} steps (about 2 minutes the "
+                "first time on this machine, then from the compile cache; model.capture=cuda_graph skips it)"
             )
             self.engine.use_capture("compile")
