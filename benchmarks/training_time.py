@@ -1,0 +1,118 @@
+"""Training-time selection: labels saved at equal test accuracy, read from the label-budget tables.
+
+Issue 31's first benchmark: the label-budget configs trained by every method (``benchmarks/paper_tables.py --methods
+MAML Units-NTS Units-ML Margin ...``), each tested at the milestones of labeled query sets (2,000 / 4,000 / 8,000 /
+10,000). A method's curve is its test accuracy against the labels spent, linear between milestones; the figure of
+merit is the one of ``labeling_time.py``: **labels saved** = 1 - labels the method needs / labels the reference needs
+to reach the reference's final accuracy, per seed, paired with the reference's run of the same seed; beside it the
+paired difference of the curve areas (the mean accuracy over the labels spent). The reference is random selection
+with the same loss (``Units-NTS``); ``--reference MAML`` compares with cross-entropy MAML on random tasks.
+
+    python benchmarks/training_time.py runs/paper/tables/paper_tables.json [more.json ...] --reference Units-NTS
+
+Several tables JSONs (one per call of ``paper_tables.py``) are read together; a config found in several is taken
+from the last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+if not __package__:  # run as a script: the repository on sys.path, for ``benchmarks.*``
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.labeling_time import curve_area, labels_saved
+from benchmarks.tables.statistics import mean_ci95
+
+
+def seed_curves(cells: Mapping[str, Mapping[str, Any]]) -> tuple[list[float], dict[int, list[float]]]:
+    """A method's (labels, {seed: accuracy at each label count}) from its cells of the budget table, keeping the
+    seeds tested at every milestone."""
+    labels = sorted(int(k) for k in cells)
+    by_seed: dict[int, dict[int, float]] = {}
+    for label in labels:
+        cell = cells[str(label)]
+        for seed, value in zip(cell["seeds"], cell["values"], strict=True):
+            by_seed.setdefault(int(seed), {})[label] = float(value)
+    complete = {s: [v[x] for x in labels] for s, v in by_seed.items() if len(v) == len(labels)}
+    return [float(x) for x in labels], complete
+
+
+def compare(table: Mapping[str, Mapping[str, Any]], reference: str) -> dict[str, Any]:
+    """Per method of one config's budget table: labels saved against ``reference`` and the paired area difference,
+    mean and 95% interval over the seeds both finished."""
+    labels, ref = seed_curves(table[reference])
+    rows = {}
+    for method, cells in table.items():
+        method_labels, curves = seed_curves(cells)
+        if method_labels != labels:
+            continue
+        seeds = sorted(set(curves) & set(ref))
+        saved = [labels_saved(labels, curves[s], ref[s]) for s in seeds]
+        reached = [x for x in saved if x is not None]
+        areas = [curve_area(labels, curves[s]) - curve_area(labels, ref[s]) for s in seeds]
+        rows[method] = {
+            "seeds": seeds,
+            "labels_saved": {**mean_ci95(reached), "reached": f"{len(reached)}/{len(saved)}", "values": saved},
+            "area_minus_reference": {**mean_ci95(areas), "values": areas},
+            "final": mean_ci95([curves[s][-1] for s in seeds]),
+        }
+    return {"labels": labels, "reference": reference, "methods": rows}
+
+
+def _cell(summary: Mapping[str, Any], scale: float = 1.0, digits: int = 1, signed: bool = False) -> str:
+    if summary.get("mean") is None:
+        return "n/a"
+    text = f"{summary['mean'] * scale:{'+' if signed else ''}.{digits}f}"
+    return text + (f" ± {summary['ci95'] * scale:.{digits}f}" if summary.get("ci95") is not None else "")
+
+
+def markdown(config: str, result: Mapping[str, Any]) -> str:
+    lines = [
+        f"{config}: labels saved against {result['reference']} (to reach its final accuracy at "
+        f"{int(result['labels'][-1]):,} labeled query sets), paired by seed",
+        "",
+        f"| method | labels saved (%) | reached | area - {result['reference']} (points) | final test acc (%) |",
+        "|---|---|---|---|---|",
+    ]
+    for method, row in result["methods"].items():
+        saved = row["labels_saved"]
+        lines.append(
+            f"| {method} | {_cell(saved, 100.0, signed=True)} | {saved['reached']} "
+            f"| {_cell(row['area_minus_reference'], digits=2, signed=True)} | {_cell(row['final'], digits=2)} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("tables", type=Path, nargs="+", help="paper_tables.json files of label-budget runs")
+    parser.add_argument(
+        "--reference", default="Units-NTS", help="the method whose labels are saved (default Units-NTS)"
+    )
+    parser.add_argument("--out", type=Path, default=None, help="the comparison as JSON")
+    args = parser.parse_args(argv)
+    budget: dict[str, Any] = {}
+    for path in args.tables:
+        budget.update(json.loads(path.read_text()).get("budget", {}))
+    if not budget:
+        parser.error(f"no label-budget table in {', '.join(map(str, args.tables))}")
+    results = {}
+    for config, table in budget.items():
+        if args.reference not in table:
+            print(f"{config}: no {args.reference} runs; skipped", file=sys.stderr)
+            continue
+        results[config] = compare(table, args.reference)
+        print(markdown(config, results[config]), end="\n\n")
+    if args.out is not None:
+        args.out.write_text(json.dumps(results, indent=1))
+    return results
+
+
+if __name__ == "__main__":
+    main()

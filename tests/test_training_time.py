@@ -1,0 +1,43 @@
+"""benchmarks/training_time.py: labels saved at equal test accuracy from a label-budget table, paired by seed."""
+
+import json
+
+import pytest
+
+from benchmarks import training_time
+
+
+def _cells(curves):
+    """Budget-table cells (as paper_tables.json writes them) of {seed: [acc at 2,000, 4,000, 8,000, 10,000]}."""
+    seeds = sorted(curves)
+    return {
+        str(label): {"seeds": seeds, "values": [curves[s][i] for s in seeds]}
+        for i, label in enumerate((2000, 4000, 8000, 10000))
+    }
+
+
+def test_labels_saved_are_paired_by_seed_against_the_reference():
+    table = {
+        "Units-NTS": _cells({0: [80.0, 85.0, 90.0, 92.0], 1: [70.0, 80.0, 88.0, 90.0]}),
+        # seed 0 reaches 92 at 6,000 (half way from 90 at 4,000 to 94 at 8,000): 40% saved; seed 1 reaches 90 at 4,000.
+        "Margin": _cells({0: [85.0, 90.0, 94.0, 95.0], 1: [80.0, 90.0, 91.0, 92.0]}),
+        "Worse": _cells({0: [70.0, 75.0, 80.0, 85.0], 1: [60.0, 65.0, 70.0, 75.0]}),
+    }
+    result = training_time.compare(table, "Units-NTS")
+    margin = result["methods"]["Margin"]
+    assert margin["labels_saved"]["values"] == pytest.approx([0.4, 0.6])
+    assert margin["labels_saved"]["mean"] == pytest.approx(0.5) and margin["labels_saved"]["reached"] == "2/2"
+    assert result["methods"]["Units-NTS"]["labels_saved"]["mean"] == 0.0
+    assert result["methods"]["Worse"]["labels_saved"]["reached"] == "0/2"  # never reaches the reference's final
+    assert result["methods"]["Worse"]["area_minus_reference"]["mean"] < 0 < margin["area_minus_reference"]["mean"]
+
+
+def test_a_seed_missing_a_milestone_is_left_out_and_the_cli_prints_a_row_per_method(tmp_path, capsys):
+    nts = _cells({0: [80.0, 85.0, 90.0, 92.0], 1: [70.0, 80.0, 88.0, 90.0]})
+    ml = _cells({0: [85.0, 90.0, 94.0, 95.0], 1: [80.0, 90.0, 91.0, 92.0]})
+    ml["10000"] = {"seeds": [0], "values": [95.0]}  # seed 1 not tested at 10,000 yet
+    path = tmp_path / "paper_tables.json"
+    path.write_text(json.dumps({"budget": {"budget_x": {"Units-NTS": nts, "Units-ML": ml}}}))
+    results = training_time.main([str(path)])
+    assert results["budget_x"]["methods"]["Units-ML"]["seeds"] == [0]
+    assert "| Units-ML | +40.0 | 1/1 |" in capsys.readouterr().out
