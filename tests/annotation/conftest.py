@@ -1,15 +1,24 @@
-"""Fixtures of the annotation tests: a small project of SyntheticGlyphs written to PNG, with its answer key."""
+"""Fixtures of the annotation tests: a small project of SyntheticGlyphs written to PNG, with its answer key; a fake
+Label Studio for fast tests, and a real Label Studio server for the tests marked ``label_studio``."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
 
 from units_lightning.annotation.batch import AnnotationBatch, ImagePrediction, SelectedQuerySet
+from units_lightning.annotation.label_studio import LabelStudio
 from units_lightning.annotation.layout import AnnotationProject, load_project
 from units_lightning.annotation.simulation import write_simulated_project
 from units_lightning.data.datasets.synthetic import SyntheticGlyphs
@@ -277,3 +286,88 @@ def fake_label_studio(tmp_path):
     yield start
     for server in servers:
         server.close()
+
+
+# --- a real Label Studio server (tests marked label_studio) ---------------------------------------------------
+
+LEGACY_TOKEN = "0123456789abcdef0123456789abcdef01234567"
+
+
+def label_studio_executable() -> str | None:
+    """``$LABEL_STUDIO_BIN``, else ``label-studio`` beside this Python or on the PATH."""
+    beside = Path(sys.executable).parent / "label-studio"
+    return os.environ.get("LABEL_STUDIO_BIN") or (str(beside) if beside.exists() else shutil.which("label-studio"))
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def label_studio_server(tmp_path_factory):
+    """A Label Studio server of its own for the tests marked ``label_studio`` (data in a temporary folder, local files
+    served from ``files``, each test's project in a folder of its own there); yields its URL, the first user's legacy
+    token (only to create that user's personal access token) and the files folder."""
+    executable = label_studio_executable()
+    if executable is None:
+        pytest.skip(
+            "label-studio is not installed: pip install 'units-lightning[annotation]' (or set LABEL_STUDIO_BIN)"
+        )
+    folder = tmp_path_factory.mktemp("label-studio")
+    files, port = folder / "files", free_port()
+    files.mkdir()
+    env = {
+        **os.environ,
+        "LABEL_STUDIO_BASE_DATA_DIR": str(folder / "data"),
+        "LABEL_STUDIO_LOCAL_FILES_SERVING_ENABLED": "true",
+        "LABEL_STUDIO_LOCAL_FILES_DOCUMENT_ROOT": str(files),
+        "LABEL_STUDIO_USERNAME": "annotator@example.org",
+        "LABEL_STUDIO_PASSWORD": "a-password-for-tests",
+        "LABEL_STUDIO_USER_TOKEN": LEGACY_TOKEN,
+        "LABEL_STUDIO_ENABLE_LEGACY_API_TOKEN": "true",
+        "ML_BLOCK_LOCAL_IP": "false",  # the ML backend of a test listens on 127.0.0.1,
+        "SSRF_PROTECTION_ENABLED": "false",  # and so does its webhook
+        "LATEST_VERSION_CHECK": "false",
+        "COLLECT_ANALYTICS": "false",
+    }
+    log = open(folder / "server.log", "wb")  # noqa: SIM115 (closed at teardown)
+    server = subprocess.Popen(
+        [executable, "start", "--no-browser", "--port", str(port)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 900  # a first start migrates a new database: minutes on two busy cores
+        while True:
+            if server.poll() is not None:
+                output = (folder / "server.log").read_text()[-2000:]
+                pytest.fail(f"label-studio exited with status {server.returncode}: {output}")
+            try:
+                with urllib.request.urlopen(f"{url}/api/version", timeout=5) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "Label Studio did not answer within 15 minutes"
+            time.sleep(2)
+        yield url, LEGACY_TOKEN, files
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)  # the server and the workers it started, nothing else
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+        log.close()
+
+
+@pytest.fixture(scope="session")
+def annotator_token(label_studio_server) -> str:
+    """The annotator's personal access token (Label Studio makes one per user: created once for the session)."""
+    url, legacy, _ = label_studio_server
+    return LabelStudio(url, legacy).request("POST", "/api/token/")["token"]

@@ -5,16 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 import torch
@@ -103,87 +97,6 @@ def test_an_unreachable_server_and_a_missing_token_are_named():
 
 # --- a real server --------------------------------------------------------------------------------------------
 
-LEGACY_TOKEN = "0123456789abcdef0123456789abcdef01234567"
-
-
-def label_studio_executable() -> str | None:
-    """``$LABEL_STUDIO_BIN``, else ``label-studio`` beside this Python or on the PATH."""
-    beside = Path(sys.executable).parent / "label-studio"
-    return os.environ.get("LABEL_STUDIO_BIN") or (str(beside) if beside.exists() else shutil.which("label-studio"))
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def label_studio_server(tmp_path_factory):
-    """A Label Studio server of its own (data in a temporary folder, local files served from ``files``); yields its
-    URL, a legacy token (only to create the annotator's personal access token) and the files folder."""
-    executable = label_studio_executable()
-    if executable is None:
-        pytest.skip(
-            "label-studio is not installed: pip install 'units-lightning[annotation]' (or set LABEL_STUDIO_BIN)"
-        )
-    folder = tmp_path_factory.mktemp("label-studio")
-    files, port = folder / "files", free_port()
-    files.mkdir()
-    env = {
-        **os.environ,
-        "LABEL_STUDIO_BASE_DATA_DIR": str(folder / "data"),
-        "LABEL_STUDIO_LOCAL_FILES_SERVING_ENABLED": "true",
-        "LABEL_STUDIO_LOCAL_FILES_DOCUMENT_ROOT": str(files),
-        "LABEL_STUDIO_USERNAME": "annotator@example.org",
-        "LABEL_STUDIO_PASSWORD": "a-password-for-tests",
-        "LABEL_STUDIO_USER_TOKEN": LEGACY_TOKEN,
-        "LABEL_STUDIO_ENABLE_LEGACY_API_TOKEN": "true",
-        "ML_BLOCK_LOCAL_IP": "false",  # the ML backend of a test listens on 127.0.0.1,
-        "SSRF_PROTECTION_ENABLED": "false",  # and so does its webhook
-        "LATEST_VERSION_CHECK": "false",
-        "COLLECT_ANALYTICS": "false",
-    }
-    log = open(folder / "server.log", "wb")  # noqa: SIM115 (closed at teardown)
-    server = subprocess.Popen(
-        [executable, "start", "--no-browser", "--port", str(port)],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 900  # a first start migrates a new database: minutes on two busy cores
-        while True:
-            if server.poll() is not None:
-                output = (folder / "server.log").read_text()[-2000:]
-                pytest.fail(f"label-studio exited with status {server.returncode}: {output}")
-            try:
-                with urllib.request.urlopen(f"{url}/api/version", timeout=5) as answer:
-                    if answer.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "Label Studio did not answer within 15 minutes"
-            time.sleep(2)
-        yield url, LEGACY_TOKEN, files
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)  # the server and the workers it started, nothing else
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
-        log.close()
-
-
-@pytest.fixture(scope="module")
-def annotator_token(label_studio_server) -> str:
-    """The annotator's personal access token (Label Studio makes one per user: created once for the module)."""
-    url, legacy, _ = label_studio_server
-    return LabelStudio(url, legacy).request("POST", "/api/token/")["token"]
-
 
 @pytest.mark.label_studio
 def test_one_round_through_a_real_label_studio(
@@ -257,8 +170,17 @@ def test_label_studio_asks_the_ml_backend_for_predictions_and_annotations_reach_
     trainer = tiny_trainer(tmp_path, max_steps=2)
     trainer.fit(model, tiny_data(sampler))
     trainer.save_checkpoint(tmp_path / "model.ckpt")
-    select_main([*project_options(root), "--ckpt_path", str(tmp_path / "model.ckpt"), "--budget", "1",
-                 "--label_studio_url", url])
+    select_main(
+        [
+            *project_options(root),
+            "--ckpt_path",
+            str(tmp_path / "model.ckpt"),
+            "--budget",
+            "1",
+            "--label_studio_url",
+            url,
+        ]
+    )
     batch = read_manifest(next((root / "batches").iterdir()))
     project = batch.label_studio["project"]
 
@@ -284,8 +206,14 @@ def test_label_studio_asks_the_ml_backend_for_predictions_and_annotations_reach_
         classes = batch.query_sets[0].classes
         assert len(ours) == 5 and all(p["result"][0]["value"]["choices"][0] in classes for p in ours)
         task = tasks[0]
-        result = [{"from_name": "label", "to_name": "image", "type": "choices",
-                   "value": {"choices": [batch.query_sets[0].classes[0]]}}]
+        result = [
+            {
+                "from_name": "label",
+                "to_name": "image",
+                "type": "choices",
+                "value": {"choices": [batch.query_sets[0].classes[0]]},
+            }
+        ]
         client.request("POST", f"/api/tasks/{task['id']}/annotations/", {"result": result, "was_cancelled": False})
         deadline = time.monotonic() + 60
         while not pokes and time.monotonic() < deadline:

@@ -24,7 +24,12 @@ from units_lightning.annotation.label_studio import (
     image_urls,
     label_studio_tasks,
 )
-from units_lightning.annotation.label_studio_project import PROJECT_FILE, batch_filter, read_project_record
+from units_lightning.annotation.label_studio_project import (
+    PROJECT_FILE,
+    batch_export,
+    batch_filter,
+    read_project_record,
+)
 
 LEGACY_TOKEN = "0123456789abcdef0123456789abcdef01234567"
 
@@ -176,3 +181,13 @@ def test_the_label_store_is_updated_by_one_command_at_a_time(project, make_batch
         assert not done.is_set() and not labels.exists()  # the ingest waits for it
     worker.join(timeout=30)
     assert done.is_set() and len(LabelStore.load(labels).labels) == 5
+
+
+def test_a_recorded_task_id_that_a_task_of_another_batch_took_since_is_left_out(sent):
+    server = sent.server
+    batch = sent("--budget", "1")
+    tasks = server.projects[batch.label_studio["project"]]["tasks"]
+    # Label Studio on SQLite gives a deleted task's id to the next task it creates: here to one of another batch
+    tasks[0]["data"] = {**tasks[0]["data"], "batch": "batch-009-0000", "image_id": "tasks/task-001/unlabeled/0000.png"}
+    exported = batch_export(batch, LabelStudio(server.url, LEGACY_TOKEN))
+    assert [t["id"] for t in exported] == list(batch.label_studio["tasks"].values())[1:]

@@ -20,14 +20,15 @@ image of it could not be told) or the batch is cancelled; the images of pending 
 batch, so several batches can be out at once. ``ingest`` may take a batch in several parts: each part is one entry
 of ``batches``. Stores of format 1 (no ``selected``, no ``removed``) are read as they are.
 
-Commands that read the store, change it and write it back hold ``store_lock`` meanwhile (an exclusive lock on
-``labels.json.lock``), so that two of them at once, ``serve`` ingesting after annotations and a person running
-``ingest`` or ``select``, never write over each other's change.
+Commands that read the store, change it and write it back hold ``store_lock`` meanwhile (an exclusive lock on the
+folder that holds ``labels.json``), so that two of them at once, ``serve`` ingesting after annotations and a person
+running ``ingest`` or ``select``, never write over each other's change.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -296,17 +297,18 @@ class LabelStore:
 
 @contextmanager
 def store_lock(path: str | Path) -> Iterator[None]:
-    """Hold the label store ``path`` for one read, change and write (an exclusive lock on ``<path>.lock``, waited
-    for): another command that updates the store meanwhile waits, so neither writes over the other's change. A lock
-    between processes on POSIX systems; elsewhere it does nothing."""
-    path = Path(path)
+    """Hold the label store ``path`` for one read, change and write (an exclusive lock on the folder that holds it,
+    waited for; the store itself is replaced by every write, so it cannot carry the lock): another command that
+    updates the store meanwhile waits, so neither writes over the other's change. A lock between processes on POSIX
+    systems; elsewhere it does nothing."""
+    folder = Path(path).parent
     if fcntl is None:
         yield
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "a") as handle:
+    folder.mkdir(parents=True, exist_ok=True)
+    handle = os.open(folder, os.O_RDONLY)
+    try:
         fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        yield
+    finally:
+        os.close(handle)  # releases the lock

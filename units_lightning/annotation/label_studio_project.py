@@ -90,7 +90,9 @@ def read_project_record(root: str | Path) -> LabelStudioProject | None:
 
 
 def _write_record(root: Path, record: LabelStudioProject) -> None:
-    write_text_atomically(root / PROJECT_FILE, json.dumps({"format": PROJECT_FORMAT, **asdict(record)}, indent=1))
+    write_text_atomically(
+        root / PROJECT_FILE, json.dumps({"format": PROJECT_FORMAT, **asdict(record)}, indent=1) + "\n"
+    )
 
 
 def batch_filter(batch_id: str) -> dict[str, Any]:
@@ -243,16 +245,19 @@ def where_sent(batch: AnnotationBatch) -> dict[str, Any]:
 
 
 def batch_export(batch: AnnotationBatch, client: LabelStudio) -> list[dict[str, Any]]:
-    """The batch's tasks with their annotations (Label Studio's JSON export): the tasks its manifest records, or,
-    for a batch an older version sent to a project of its own, that whole project.
+    """The batch's tasks with their annotations (Label Studio's JSON export): the tasks its manifest records, those
+    of them whose data still name the batch (Label Studio on SQLite gives the id of a deleted task to the next task
+    it creates), or, for a batch an older version sent to a project of its own, that whole project.
 
     Raises:
         ValueError: the batch was not sent to Label Studio.
         LabelStudioError: the export failed.
     """
     sent = where_sent(batch)
-    tasks = sent.get("tasks")
-    return client.export(int(sent["project"]), None if tasks is None else list(tasks.values()))
+    if sent.get("tasks") is None:
+        return client.export(int(sent["project"]))
+    exported = client.export(int(sent["project"]), list(sent["tasks"].values()))
+    return [task for task in exported if task.get("data", {}).get("batch") == batch.id]
 
 
 def withdraw(batch: AnnotationBatch, client: LabelStudio, given_up: Collection[str], keep_tab: bool) -> str:
@@ -274,7 +279,8 @@ def withdraw(batch: AnnotationBatch, client: LabelStudio, given_up: Collection[s
     if sent.get("view") is None:
         return f"its Label Studio project {project} (one per batch, made by an older version) stays: delete it there"
     given_up = set(given_up)
-    tasks = [task for image, task in sent.get("tasks", {}).items() if image in given_up]
+    in_tab = client.view_tasks(int(sent["view"]))  # the batch's tasks now, not ids another task may have taken since
+    tasks = [task for image, task in in_tab.items() if image in given_up]
     client.delete_tasks(int(project), tasks)
     if keep_tab:
         return (
