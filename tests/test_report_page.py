@@ -110,10 +110,11 @@ def _results(accuracy: float) -> dict:
 
 
 def make_run(
-    root: Path, setting: str = "Units-ML", accuracy: float = 0.9, tested: bool = True, tested_step: int = 14
+    root: Path, setting: str = "Units-ML", accuracy: float = 0.9, tested: bool = True, tested_step: int = 15
 ) -> Path:
-    """A run folder as `units-lightning fit` (CSVLogger) and `test` leave it: validations at steps 4, 9 and 14, the
-    test of the checkpoint of ``tested_step`` (by default that of the last validation)."""
+    """A run folder as `units-lightning fit` (CSVLogger) and `test` leave it: validations after steps 5, 10 and 15
+    (logged, as Lightning does, at the step index 4, 9 and 14), the test of the checkpoint of ``tested_step`` (by
+    default that of the last validation)."""
     folder = root / "lightning_logs" / "version_0"
     (folder / "checkpoints").mkdir(parents=True)
     (folder / "checkpoints" / "last.ckpt").write_bytes(b"")
@@ -171,8 +172,8 @@ def test_the_page_of_one_run_has_every_section(tmp_path):
     ):
         assert f"<th>{row}</th>" in headline, row
     assert (
-        "90.00% ± 1.20 (step 14)" in headline
-        and "89.00% ± 1.00 (600 tasks, step14-acc0.9000.ckpt)</td>" in headline
+        "90.00% ± 1.20 (step 15)" in headline
+        and "89.00% ± 1.00 (600 tasks, step15-acc0.9000.ckpt)</td>" in headline
         and "68.3 s" in headline
     )
     assert "1,200 query sets (6,000 images), 6,000 support images" in headline and "Units-ML" in headline
@@ -183,7 +184,7 @@ def test_the_page_of_one_run_has_every_section(tmp_path):
     assert "Charts read from the CSV log" in page
     names = {path.name for path in report.images}
     assert {"test_threshold_curve.png", "test_selective_accuracy.png", "test_ood_rotation_accuracy.png"} <= names
-    assert 'class="warning"' not in page  # validated and tested at step 14
+    assert 'class="warning"' not in page  # validated and tested at step 15
     assert page.count("data:image/png;base64,") == len(report.images) >= 10
     assert "grid-template-columns:repeat(auto-fill,minmax(min(100%,460px),1fr))" in page  # responsive grid
     assert '<meta name="viewport"' in page
@@ -451,11 +452,11 @@ def test_chosen_and_rejected_histograms_share_bins_and_one_y_scale(tmp_path):
 
 
 def _mixed_run(tmp_path):
-    """A run whose last validation is at step 14 and whose test is of the checkpoint of step 9."""
-    folder = make_run(tmp_path / "runs" / "quickstart", tested_step=9)
+    """A run whose last validation is at step 15 and whose test is of the checkpoint of step 10."""
+    folder = make_run(tmp_path / "runs" / "quickstart", tested_step=10)
     (folder / "checkpoints" / "last.ckpt").unlink()
     torch = pytest.importorskip("torch")
-    torch.save({"global_step": 14, "state_dict": {}}, folder / "checkpoints" / "last.ckpt")
+    torch.save({"global_step": 15, "state_dict": {}}, folder / "checkpoints" / "last.ckpt")
     return folder
 
 
@@ -465,14 +466,14 @@ def test_a_test_of_an_earlier_checkpoint_beside_the_last_validation_is_warned_of
     page = (folder / "report" / "report.html").read_text()
     (warning,) = re.findall(r'<p class="warning" role="alert">(.*?)</p>', page)
     assert page.index('class="warning"') < page.index('id="headline"')  # at the top, above the numbers
-    assert "the final validation accuracy (90.00%) is the last validation, at step 14" in warning
-    assert "the test accuracy (89.00%) is of an earlier checkpoint, step9-acc0.9000.ckpt at step 9" in warning
-    assert "compare the test with the validation at step 9 (80.00%)" in warning  # read from the log
+    assert "the final validation accuracy (90.00%) is the last validation, at step 15" in warning
+    assert "the test accuracy (89.00%) is of an earlier checkpoint, step10-acc0.9000.ckpt at step 10" in warning
+    assert "compare the test with the validation at step 10 (80.00%)" in warning  # read from the log
     command = (
         f"units-lightning test --config {folder / 'config.yaml'} --ckpt_path {folder / 'checkpoints' / 'last.ckpt'}"
     )
-    assert f"test the model of step 14: <code>{command}</code>" in warning
-    assert "(600 tasks, step9-acc0.9000.ckpt) ⚠" in page  # the cell it concerns is marked
+    assert f"test the model of step 15: <code>{command}</code>" in warning
+    assert "(600 tasks, step10-acc0.9000.ckpt) ⚠" in page  # the cell it concerns is marked
     err = capsys.readouterr().err
     assert err.startswith("units-lightning report: warning: Units-ML: the final validation accuracy") and command in err
 
@@ -484,11 +485,11 @@ def test_the_tested_step_of_an_older_results_file(tmp_path):
     results = json.loads((folder / "results.json").read_text())
     del results["checkpoint_step"]  # written before results.json recorded it: the step is in the name
     (folder / "results.json").write_text(json.dumps(results))
-    assert describe_run(folder).tested_step == 9
+    assert describe_run(folder).tested_step == 10
     # last.ckpt names no step: its stored step counts only if the file is no newer than the results.
     results["checkpoint"] = str(folder / "checkpoints" / "last.ckpt")
     (folder / "results.json").write_text(json.dumps(results))
-    assert describe_run(folder).tested_step == 14
+    assert describe_run(folder).tested_step == 15
     import os
 
     later = (folder / "results.json").stat().st_mtime + 60

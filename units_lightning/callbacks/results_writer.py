@@ -21,8 +21,8 @@ class ResultsWriter(Callback):
 
     ``UnitsMAML`` adds one to every trainer (``configure_callbacks``) unless the trainer already holds one, so
     that ``trainer.test(model, datamodule)`` from Python and ``units-lightning test`` write the same files:
-    ``results.json`` (with the checkpoint, task shape and seed of the evaluation), the PNG plots beside it and,
-    with a W&B logger, W&B tables, images and summary numbers. Only rank zero writes.
+    ``results.json`` (with the checkpoint and its step, task shape and seed of the evaluation), the PNG plots beside
+    it and, with a W&B logger, W&B tables, images and summary numbers. Only rank zero writes.
 
     Args:
         output_dir: where to write (default: the run directory, where ``summary.json`` and ``config.yaml`` go).

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from units_lightning.dashboard.charts import EPOCH, STEP, Chart, series_label
-from units_lightning.dashboard.run_log import finite
+from units_lightning.dashboard.run_log import finite, validated_step
 from units_lightning.keys import LABEL_BUDGET_QUERY_SETS, threshold_from_key
 
 __all__ = [
@@ -247,7 +247,7 @@ def _threshold_curve(chart: Chart, rows: Sequence[dict[str, Any]], series: list[
         xs, ys = zip(*points, strict=True)
         when = f"epoch {int(row['epoch'])}" if finite(row.get("epoch")) else f"validation {index + 1}"
         if finite(row.get("step")):
-            when += f", step {int(row['step'])}"
+            when += f", step {validated_step(row)}"
         latest = index == len(curves) - 1
         shown = latest or index == 0 or len(curves) <= 6
         axes.plot(

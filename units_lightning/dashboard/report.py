@@ -185,15 +185,14 @@ def _like_with_like(run: RunInfo) -> str | None:
     validated, tested = steps
     accuracy = (run.results or {}).get("accuracy") or {}
     checkpoint = Path(str((run.results or {}).get("checkpoint"))).name
-    rows = run.log.rows if run.log else []
-    then = [row[_VAL_ACC] for row in rows if row.get("step") == tested and isinstance(row.get(_VAL_ACC), int | float)]
+    then = run.validations().get(tested)
     when = "an earlier" if tested < validated else "a later"
     text = (
         f"{run.label}: the final validation accuracy ({_pct(_validation_accuracy(run))}) is the last validation, at "
         f"step {validated}, but the test accuracy ({_pct(accuracy.get('mean'))}) is of {when} checkpoint, "
         f"{checkpoint} at step {tested}: the two numbers describe different models."
     )
-    options = [f"compare the test with the validation at step {tested} ({_pct(then[-1])})"] if then else []
+    options = [f"compare the test with the validation at step {tested} ({_pct(then)})"] if then is not None else []
     last = ((run.summary or {}).get("checkpoints") or {}).get("last")
     path = run.folder / last if last else None
     config = run.folder / "config.yaml"
@@ -384,7 +383,8 @@ def _test_section(runs: list[RunInfo], out: Path, images: list[Path]) -> Section
             "test_selective_accuracy.png",
             "Selective accuracy",
             selective_accuracy(tested),
-            "Accuracy of the most confident queries against the fraction kept: it should rise as fewer are kept.",
+            "Accuracy of the most confident queries against the share kept: it should rise as fewer are kept; "
+            "dashed: chance.",
         ),
     ]
     for kind in kinds:

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from units_lightning.dashboard.run_log import RunLog, finite, read_log, read_run_log
+from units_lightning.dashboard.run_log import RunLog, finite, read_log, read_run_log, validated_step
 from units_lightning.keys import ACC, VAL, stage_key
 from units_lightning.runs import CONFIG, RESULTS, SUMMARY, find_run_folders, is_run_folder
 
@@ -68,14 +68,20 @@ class RunInfo:
         chance = (self.summary or {}).get("chance_accuracy")
         return round(1 / chance) if isinstance(chance, int | float) and chance > 0 else None
 
+    def validations(self) -> dict[int, float]:
+        """The logged validation accuracies by the global step they validated (``run_log.validated_step``: as
+        ``fit`` prints it and checkpoints are named), oldest first."""
+        key = stage_key(VAL, ACC)
+        rows = self.log.rows if self.log else []
+        return {validated_step(row): row[key] for row in rows if finite(row.get(key)) and finite(row.get("step"))}
+
     @property
     def last_validation_step(self) -> int | None:
-        """The step of the run's last validation, the one ``summary.json`` reports: the step of the last logged
-        ``val/acc``, else (no log) the summary's steps; None for a run that never validated."""
-        key = stage_key(VAL, ACC)
-        rows = [row for row in (self.log.rows if self.log else []) if finite(row.get(key)) and finite(row.get("step"))]
-        if rows:
-            return int(rows[-1]["step"])
+        """The global step of the run's last validation, the one ``summary.json`` reports: from the log, else (no
+        log) the summary's steps; None for a run that never validated."""
+        logged = self.validations()
+        if logged:
+            return max(logged)
         steps = (self.summary or {}).get("steps")
         return steps if isinstance(steps, int) and (self.summary or {}).get("val_accuracy") is not None else None
 

@@ -16,7 +16,7 @@ from typing import Any
 from units_lightning.csv_history import METRICS, SEGMENTS, history_files, log_metrics, read_metrics
 from units_lightning.dashboard.wandb_offline import read_history
 
-__all__ = ["RunLog", "find_log", "merge_parts", "read_log", "read_run_log", "wandb_parts"]
+__all__ = ["RunLog", "find_log", "merge_parts", "read_log", "read_run_log", "validated_step", "wandb_parts"]
 
 
 @dataclass
@@ -190,3 +190,13 @@ def _read_tensorboard(path: Path) -> list[dict[str, Any]]:
 def finite(value: Any) -> bool:
     """Whether a logged value is a finite number (NaN marks "nothing to measure", e.g. no query that sure)."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def validated_step(row: dict[str, Any]) -> int | None:
+    """The global step a logged validation row validated, as ``fit`` prints it and names checkpoints (``step 60``
+    after 60 steps); None for a row without a step.
+
+    Lightning logs a validation run inside ``fit`` at the index of the step just taken, global step - 1: the
+    validation after step 60 is the logged row of step 59, and the checkpoint it saves holds global step 60.
+    """
+    return int(row["step"]) + 1 if finite(row.get("step")) else None
