@@ -103,3 +103,17 @@ def test_select_command_takes_the_acquisition_by_class_path(glyph_project, proje
     assert batch.sampler.startswith("StochasticSampler(") and "scorer=MarginSampler" in batch.sampler
     assert "seed=7" in batch.sampler
     assert len(batch.query_sets) == 3
+
+
+def test_select_chooses_by_margin_unless_told_otherwise(glyph_project, project_options, tmp_path):
+    root = glyph_project[0]
+    options = project_options(root)
+    parser = _select_parser()
+    built = parser.instantiate(parser.parse_args([*options, "--budget", "1"]))
+    checkpoint = tmp_path / "model.ckpt"
+    torch.save({"state_dict": built.model.state_dict(), "global_step": 60, "epoch": 0}, checkpoint)
+    select_main([*options, "--ckpt_path", str(checkpoint), "--budget", "2"])
+    batch = read_manifest(next((root / "batches").iterdir()))
+    assert batch.sampler.startswith("MarginSampler(")  # the labeling-time winner (docs/RESULTS.md)
+    assert f"tasks={built.data.sampler.tasks}" in batch.sampler
+    assert f"query_sets={built.data.sampler.query_sets}" in batch.sampler

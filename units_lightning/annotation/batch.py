@@ -72,7 +72,8 @@ class SelectedQuerySet:
 
     Attributes:
         task: the task's name; classes: its class names (the choices of every image of the set).
-        score: the set's task uncertainty ``lambda * vacuity + (1 - lambda) * dissonance`` (means over its images).
+        score: the set's acquisition score (the choosing sampler's ``score``: the margin by default, the task
+            uncertainty ``lambda * vacuity + (1 - lambda) * dissonance`` for ``MultiQuerySampler``).
         vacuity, dissonance: the set's means.
         images: the pre-annotation of each image.
     """

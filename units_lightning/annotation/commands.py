@@ -50,7 +50,7 @@ from units_lightning.annotation.selection import select_batch
 from units_lightning.data.episodic import EpisodicDataModule
 from units_lightning.evaluation.checkpoints import load_checkpoint
 from units_lightning.module import UnitsMAML
-from units_lightning.samplers import RandomSampler, TaskSampler
+from units_lightning.samplers import MarginSampler, RandomSampler, TaskSampler
 
 __all__ = [
     "disputes_csv",
@@ -106,7 +106,9 @@ def _select_parser() -> ArgumentParser:
         "acquisition",
         required=False,
         help="the acquisition that scores and chooses, a sampler by class_path (e.g. "
-        "units_lightning.samplers.MarginSampler; default: the config's data.sampler); random without --ckpt_path",
+        "units_lightning.samplers.MultiQuerySampler for the paper's Units score; default: MarginSampler with the "
+        "config's data.sampler tasks and query sets, the labeling-time winner in docs/RESULTS.md); random without "
+        "--ckpt_path",
     )
     parser.add_argument("--output", type=str, default=None, help="the batch's folder (default <root>/batches/<id>)")
     parser.add_argument("--batch_id", type=str, default=None, help="the batch's id (default batch-<n>-<hash>)")
@@ -162,7 +164,7 @@ def _report(batch: AnnotationBatch, folder: Path, where: str) -> str:
     sets, images = len(batch.query_sets), sum(len(s.images) for s in batch.query_sets)
     scores = [s.score for s in batch.query_sets]
     chosen_by = (
-        f"chosen by {batch.sampler} at step {batch.step}, lambda {batch.lam:.3f}; task uncertainty "
+        f"chosen by {batch.sampler} at step {batch.step}, lambda {batch.lam:.3f}; acquisition scores "
         f"{max(scores):.4f} .. {min(scores):.4f}"
         if batch.checkpoint
         else "chosen at random: no checkpoint yet (the first batch of a project)"
@@ -205,6 +207,13 @@ def _send(batch: AnnotationBatch, config: Any, folder: Path) -> tuple[Annotation
     return batch, f"Label Studio import files {', '.join(p.name for p in written)} in {_shown(folder / 'label_studio')}"
 
 
+def default_acquisition(sampler: TaskSampler) -> MarginSampler:
+    """What ``select`` chooses by when no ``--acquisition`` is given: the margin of the expected probabilities, which
+    saved the most labels on the validation classes of every labeling-time setting measured (docs/RESULTS.md,
+    "Selection: which acquisition saves labels"), with the config sampler's tasks and candidate query sets."""
+    return MarginSampler(tasks=sampler.tasks, query_sets=sampler.query_sets)
+
+
 def select_main(argv: Sequence[str] | None = None) -> None:
     """``units-lightning select --config CONFIG [--ckpt_path CKPT] --budget K [options]``.
 
@@ -234,7 +243,7 @@ def select_main(argv: Sequence[str] | None = None) -> None:
         checkpoint=str(Path(config.ckpt_path).resolve()) if config.ckpt_path else "",
         label_budget=config.label_budget,
         batch_id=config.batch_id,
-        sampler=built.acquisition if config.ckpt_path else RandomSampler(),
+        sampler=(built.acquisition or default_acquisition(data.sampler)) if config.ckpt_path else RandomSampler(),
     )
     folder = Path(config.output) if config.output else Path(batch.project) / "batches" / batch.id
     store = data.label_store()
