@@ -344,3 +344,34 @@ def test_the_wandb_logger_writes_under_default_root_dir_when_built_without_a_sub
     # run=False is how benchmarks/fit.py and benchmarks/scaling.py build a trainer (`fit`: see --print_config above)
     cli = cli_main(["--config", str(QUICKSTART), *FAST, f"--trainer.default_root_dir={tmp_path}"], run=False)
     assert cli.trainer.logger.save_dir == str(tmp_path)  # not the working folder
+
+
+def test_strategy_ddp_is_lightnings_built_on_the_training_stream(tmp_path):
+    from units_lightning.strategies import DDPStrategy
+
+    cli = cli_main(
+        [
+            "--config",
+            str(QUICKSTART),
+            *FAST,
+            f"--trainer.default_root_dir={tmp_path}",
+            "--trainer.logger=false",
+            "--trainer.accelerator=cpu",
+            "--trainer.strategy=ddp",
+        ],
+        run=False,
+    )
+    assert type(cli.trainer.strategy) is DDPStrategy  # not Lightning's, whose side stream draws a warning per backward
+    other = cli_main(
+        [
+            "--config",
+            str(QUICKSTART),
+            *FAST,
+            f"--trainer.default_root_dir={tmp_path}",
+            "--trainer.logger=false",
+            "--trainer.accelerator=cpu",
+            "--trainer.strategy=ddp_spawn",
+        ],
+        run=False,
+    )
+    assert type(other.trainer.strategy) is not DDPStrategy  # only "ddp" itself is mapped

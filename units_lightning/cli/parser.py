@@ -39,6 +39,9 @@ from units_lightning.module import UnitsMAML
 from units_lightning.resume import AtomicCheckpointIO
 from units_lightning.runs import checkpoint_run_folder, config_file_name, logger_run_folder, run_directory
 
+DDP_STRATEGY = "units_lightning.strategies.DDPStrategy"
+"""What ``--trainer.strategy ddp`` becomes: Lightning's DDP with DDP built on the training stream."""
+
 __all__ = ["UnitsCLI", "cli_main"]
 
 # Lightning's refusal of a checkpoint whose epoch lies past the configured max_epochs: a finished run resumed with a
@@ -171,6 +174,10 @@ class UnitsCLI(LightningCLI):
             self.save_config_kwargs = {**self.save_config_kwargs, "config_filename": config_file_name(self.subcommand)}
         if self.subcommand == "predict":
             config.trainer.logger = False  # predict logs nothing: no empty logger run; files go to the run folder
+        if config.trainer.get("strategy") == "ddp":
+            # Lightning 2.6.6's "ddp" builds DDP on a side stream: a stream-mismatch warning at every backward on a GPU
+            # (units_lightning.strategies); the same strategy, built on the training stream.
+            config.trainer.strategy = Namespace(class_path=DDP_STRATEGY, init_args=Namespace())
 
     def after_instantiate_classes(self) -> None:
         super().after_instantiate_classes()
