@@ -37,7 +37,7 @@ SKIPPED = {
         "needs Omniglot and several GPUs (or machines)"
     ),
     "pip install torch torchvision": "installs by hand what scripts/setup.sh installed at the first block",
-    "# the next batch: the 8 most uncertain query sets, sent to Label Studio": (
+    "# the next batch: the 8 query sets the model is least sure of, in the project's Label Studio project": (
         "needs an annotation project of your images and a Label Studio server (docs/ANNOTATION.md runs a small one)"
     ),
 }
