@@ -1,33 +1,50 @@
-"""Labeling rounds on Omniglot 5-way 1-shot: query sets chosen by the model's uncertainty against random ones.
+"""Labeling rounds on Omniglot 5-way 1-shot: query sets chosen by each acquisition against random ones, through the
+path ``units-lightning select`` and ``ingest`` take.
 
 A simulated lab: ``--tasks`` tasks of 5 Omniglot training characters each, one labeled drawing per character (the
 support set) and ``--unlabeled`` unlabeled drawings per character (the pool), written as PNG files into a temporary
 annotation project; the labels of the pool are the simulated annotator's answer key. Round 1 labels ``--budget``
 query sets (5 images each) chosen at random, as ``select`` does without a model, and trains ``--steps`` steps of
-Units-ML on them. From there two arms go on alike except for which query sets get labeled: ``uncertainty`` asks
-the trained model (``select`` with the Units-ML rule: the most uncertain candidate query sets), ``random`` takes
-random candidates. Each round labels ``--budget`` more query sets, ingests them, and trains ``--steps`` more steps
-resumed from the arm's previous checkpoint. After every round the model is tested on the same ``--test-tasks``
-5-way 1-shot tasks of Omniglot's test characters (5 queries per class), so the two arms are compared at equal
-numbers of labeled query sets. Everything runs on the CPU (or ``--device cuda``).
+Units-ML on them. From there the arms (``--arms``) go on alike except for which query sets get labeled: each later
+round the arm's acquisition chooses ``--budget`` query sets by ``select_batch(model, data, budget, step=, lam=,
+sampler=acquisition)``, exactly as ``select --ckpt_path --acquisition`` calls it (the step and lambda read from the
+arm's last checkpoint, the candidates per task from the training sampler), the simulated annotator answers,
+``ingest_answers`` adds the answers to the arm's label store, and training resumes ``--steps`` more steps from the
+arm's previous checkpoint. Every arm trains with the same sampler (``MultiQuerySampler``, the paper's rule); only
+what people are asked to label differs. After every round the model is tested on the same ``--test-tasks`` 5-way
+1-shot tasks of Omniglot's test characters (5 queries per class), so the arms are compared at equal numbers of
+labeled query sets, and each arm's labels saved against random at random's last-round accuracy
+(``benchmarks.labeling_time.labels_saved``) sums the curve up. Everything runs on the CPU (or ``--device cuda``).
 
-    python benchmarks/annotation_rounds.py --root ../shared/data/omniglot
+An arm is named by its acquisition: ``random`` (``RandomSampler``), ``units`` (``MultiQuerySampler``, the paper's
+task uncertainty), ``margin`` (``MarginSampler``, ``select``'s default), any other name of
+``benchmarks.labeling_time.ACQUISITIONS``, or ``name=class_path`` for any sampler. Each is built with the training
+sampler's ``tasks`` and ``query_sets`` where its constructor takes them (as ``select``'s default margin is).
+
+    python benchmarks/annotation_rounds.py --root ../shared/data/omniglot --arms random units margin
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import platform
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+if not __package__:  # run as a script: the repository on sys.path, for ``benchmarks.*``
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import lightning.pytorch as pl
 import numpy as np
 import torch
 
+from benchmarks.labeling_time import ACQUISITIONS, labels_saved
 from units_lightning.annotation import AnnotatedTasksDataModule, SimulatedAnnotator, ingest_answers, select_batch
 from units_lightning.annotation.commands import schedule_at
 from units_lightning.annotation.label_store import LabelStore
@@ -35,11 +52,12 @@ from units_lightning.annotation.simulation import write_simulated_project
 from units_lightning.data import OmniglotDataModule
 from units_lightning.ledger import LabelLedger
 from units_lightning.module import UnitsMAML
-from units_lightning.samplers import MultiQuerySampler, RandomSampler
+from units_lightning.samplers import MultiQuerySampler, RandomSampler, TaskSampler
 from units_lightning.schedules import LinearAnneal, LinearWarmup
 
 REPO = Path(__file__).resolve().parents[1]
-ARMS = ("uncertainty", "random")
+DEFAULT_ARMS = ("random", "units", "margin")
+REFERENCE = "random"
 
 
 @dataclass(frozen=True)
@@ -56,6 +74,45 @@ class Settings:
     candidates: int
     device: str
     cache_dir: str | None
+
+
+def parse_arms(specs: list[str]) -> dict[str, str]:
+    """Arm name -> sampler class path, ``random`` first (the reference every other arm is compared with).
+
+    Args:
+        specs: names of ``benchmarks.labeling_time.ACQUISITIONS`` or ``name=class_path``.
+
+    Raises:
+        ValueError: an unknown name, a name given twice, or a ``name=`` without a class path.
+
+    Example:
+        >>> parse_arms(["margin", "mine=my_lab.samplers.Hardest"])
+        {'random': 'units_lightning.samplers.RandomSampler', 'margin': 'units_lightning.samplers.MarginSampler', \
+'mine': 'my_lab.samplers.Hardest'}
+    """
+    arms: dict[str, str] = {}
+    for spec in specs:
+        name, given, path = spec.partition("=")
+        if given and not (name and path):
+            raise ValueError(f"arm {spec!r}: write name=class_path, e.g. mine=my_lab.samplers.HardestSampler")
+        if not given and name not in ACQUISITIONS:
+            raise ValueError(
+                f"unknown arm {name!r}: use one of {', '.join(ACQUISITIONS)} or name=class_path for another sampler"
+            )
+        if name in arms:
+            raise ValueError(f"arm {name!r} is given twice")
+        arms[name] = path if given else ACQUISITIONS[name][0]
+    return {REFERENCE: ACQUISITIONS[REFERENCE][0], **arms}
+
+
+def build_arm(class_path: str, like: TaskSampler, seed: int) -> TaskSampler:
+    """The acquisition ``class_path`` with ``like``'s ``tasks`` and ``query_sets`` where its constructor takes them
+    (as ``select``'s default ``MarginSampler`` gets the config sampler's), and the seed where it takes one."""
+    module, _, name = class_path.rpartition(".")
+    cls = getattr(__import__(module, fromlist=[name]), name)
+    accepted = inspect.signature(cls).parameters
+    offered = {"tasks": like.tasks, "query_sets": like.query_sets, "seed": seed}
+    return cls(**{key: value for key, value in offered.items() if key in accepted})
 
 
 def test_data(settings: Settings) -> OmniglotDataModule:
@@ -88,7 +145,7 @@ def accuracy(model: UnitsMAML, data: OmniglotDataModule) -> float:
     return correct / total
 
 
-def new_model(settings: Settings, sampler: MultiQuerySampler) -> UnitsMAML:
+def new_model(settings: Settings, sampler: TaskSampler) -> UnitsMAML:
     """The quick start's model; lambda anneals over the rounds (an epoch is a round), eta warms up in three."""
     model = UnitsMAML(
         n_way=5, image_shape=(1, 28, 28), filters=settings.filters, inner_steps=settings.inner_steps, lr=0.002
@@ -133,8 +190,10 @@ def tasks_labeled(data: AnnotatedTasksDataModule) -> int:
     return len({s.task for b in data.label_store().batches for s in b.query_sets})
 
 
-def run_seed(settings: Settings, seed: int, evaluation: OmniglotDataModule, workdir: Path) -> dict[str, dict]:
-    """Both arms for one seed: test accuracy and the number of tasks with labels after every round."""
+def run_seed(
+    settings: Settings, seed: int, arms: dict[str, str], evaluation: OmniglotDataModule, workdir: Path
+) -> dict[str, dict]:
+    """Every arm for one seed: test accuracy and the number of tasks with labels after every round."""
     pl.seed_everything(seed, verbose=False)
     train_images = OmniglotDataModule(root=str(settings.root), cache_dir=settings.cache_dir, rotations=[0]).split(
         "train"
@@ -145,7 +204,7 @@ def run_seed(settings: Settings, seed: int, evaluation: OmniglotDataModule, work
     )
 
     def data_for(arm: str) -> AnnotatedTasksDataModule:
-        sampler = MultiQuerySampler(tasks=4, query_sets=settings.candidates)
+        sampler = MultiQuerySampler(tasks=4, query_sets=settings.candidates)  # the training rule, every arm alike
         labels = workdir / f"seed{seed}" / f"{arm}-labels.json"
         return AnnotatedTasksDataModule(
             root=str(project), labels=str(labels), n_way=5, k_shot=1, sampler=sampler, seed=seed
@@ -158,42 +217,79 @@ def run_seed(settings: Settings, seed: int, evaluation: OmniglotDataModule, work
     model = train_round(settings, first, 1, None, checkpoint)
     shared, shared_tasks = accuracy(model.to(settings.device), evaluation), tasks_labeled(first)
     results = {}
-    for arm in ARMS:
+    for arm, class_path in arms.items():
         data = data_for(arm)
-        LabelStore.load(first.labels).save(data.labels)  # both arms continue from round 1's labels and model
+        acquisition = build_arm(class_path, data.sampler, seed)
+        LabelStore.load(first.labels).save(data.labels)  # every arm continues from round 1's labels and model
         previous, scores, covered = checkpoint, [shared], [shared_tasks]
         for round_number in range(2, settings.rounds + 1):
             model = new_model(settings, data.sampler).to(settings.device)
             state = torch.load(previous, map_location=settings.device, weights_only=True)
             model.load_state_dict(state["state_dict"])
             step, lam = schedule_at(model, state)  # as `select --ckpt_path` reads them
-            rule = data.sampler if arm == "uncertainty" else RandomSampler()
-            label(data, model, settings.budget, rule, key, step=step, lam=lam)
+            label(data, model, settings.budget, acquisition, key, step=step, lam=lam)
             save = workdir / f"seed{seed}" / f"{arm}-round{round_number}.ckpt"
             model = train_round(settings, data, round_number, previous, save)
             scores.append(accuracy(model.to(settings.device), evaluation))
             covered.append(tasks_labeled(data))
             previous = save
-        results[arm] = {"accuracy": scores, "tasks_labeled": covered}
+        results[arm] = {"accuracy": scores, "tasks_labeled": covered, "acquisition": repr(acquisition)}
+        print(f"seed {seed}, {arm}: {json.dumps(results[arm])}", flush=True)
     return results
 
 
-def markdown(settings: Settings, seeds: list[int], results: list[dict[str, dict]], seconds: float) -> str:
+def saved_against_random(labels: list[float], results: list[dict[str, dict]], arm: str) -> list[float | None]:
+    """Per seed: ``labels_saved`` of ``arm``'s curve against the random arm's, at random's last-round accuracy.
+
+    Example:
+        >>> seed = {"random": {"accuracy": [0.4, 0.5, 0.6]}, "margin": {"accuracy": [0.4, 0.6, 0.6]}}
+        >>> saved_against_random([10, 20, 40], [seed], "margin")
+        [0.5]
+    """
+    return [
+        labels_saved(labels, [100 * a for a in r[arm]["accuracy"]], [100 * a for a in r[REFERENCE]["accuracy"]])
+        for r in results
+    ]
+
+
+def _saved_cell(values: list[float | None]) -> str:
+    shown = ", ".join("never" if v is None else f"{100 * v:+.0f}%" for v in values)
+    if any(v is None for v in values):
+        return f"({shown})"
+    return f"{100 * float(np.mean(values)):+.0f}% ({shown})"
+
+
+def markdown(
+    settings: Settings, arms: list[str], seeds: list[int], results: list[dict[str, dict]], seconds: float
+) -> str:
+    """The table: test accuracy of every arm at each number of labeled query sets, tasks with labels, labels saved."""
+    others = [arm for arm in arms if arm != REFERENCE]
     rows = [
-        "| labeled query sets (images) | uncertainty-chosen batches | random batches | difference | tasks with "
-        "labels (uncertainty / random) |",
-        "|---|---|---|---|---|",
+        "| labeled query sets (images) | "
+        + " | ".join(arms)
+        + " | "
+        + " | ".join(f"{arm} - random" for arm in others)
+        + f" | tasks with labels ({' / '.join(arms)}) |",
+        "|" + "---|" * (2 + len(arms) + len(others)),
     ]
     for r in range(settings.rounds):
         sets = settings.budget * (r + 1)
-        arms = {arm: np.array([res[arm]["accuracy"][r] for res in results]) for arm in ARMS}
-        covered = {arm: np.mean([res[arm]["tasks_labeled"][r] for res in results]) for arm in ARMS}
-        diff = arms["uncertainty"] - arms["random"]
-        cells = [f"{100 * a.mean():.2f}% ({', '.join(f'{100 * x:.1f}' for x in a)})" for a in arms.values()]
+        curves = {arm: np.array([res[arm]["accuracy"][r] for res in results]) for arm in arms}
+        covered = [np.mean([res[arm]["tasks_labeled"][r] for res in results]) for arm in arms]
+        cells = [f"{100 * a.mean():.2f}% ({', '.join(f'{100 * x:.1f}' for x in a)})" for a in curves.values()]
+        differences = [f"{100 * (curves[arm] - curves[REFERENCE]).mean():+.2f} points" for arm in others]
         rows.append(
-            f"| {sets} ({5 * sets}) | {cells[0]} | {cells[1]} | {100 * diff.mean():+.2f} points | "
-            f"{covered['uncertainty']:.1f} / {covered['random']:.1f} of {settings.tasks} |"
+            f"| {sets} ({5 * sets}) | {' | '.join(cells)} | {' | '.join(differences)} | "
+            f"{' / '.join(f'{c:.1f}' for c in covered)} of {settings.tasks} |"
         )
+    labels = [float(settings.budget * (r + 1)) for r in range(settings.rounds)]
+    saved = [_saved_cell(saved_against_random(labels, results, arm)) for arm in others]
+    rows.append(
+        "| labels saved against random, at random's last-round accuracy (mean; each seed) | "
+        + " | ".join(["0%"] + saved)
+        + " |"
+        + " |" * (len(others) + 1)
+    )
     return "\n".join(
         [
             *rows,
@@ -202,16 +298,19 @@ def markdown(settings: Settings, seeds: list[int], results: list[dict[str, dict]
             f"5-way 1-shot test tasks; {settings.tasks} project tasks with {5 * settings.unlabeled} unlabeled "
             f"images each, {settings.budget} query sets labeled per round, {settings.steps} training steps per "
             f"round, {settings.candidates} candidate query sets per task, {settings.filters} filters, "
-            f"{settings.inner_steps} inner steps; round 1 is random in both arms. "
-            f"{platform.machine()}, {settings.device}, torch {torch.__version__}, {seconds / 60:.1f} min.",
+            f"{settings.inner_steps} inner steps; round 1 is random in every arm. Labels saved: 1 - labels the arm "
+            "needs / labels random needs to reach random's last-round accuracy (linear between rounds; never: the "
+            f"arm does not reach it). {platform.machine()}, {settings.device}, torch {torch.__version__}, "
+            f"{seconds / 60:.1f} min.",
         ]
     )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, default=REPO.parent / "shared" / "data" / "omniglot")
     parser.add_argument("--cache-dir", default=None, help="decoded-image cache (default $UNITS_LIGHTNING_CACHE)")
+    parser.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), help="acquisitions: names or name=class_path")
     parser.add_argument("--tasks", type=int, default=20, help="project tasks (5 characters each)")
     parser.add_argument("--unlabeled", type=int, default=15, help="unlabeled drawings per character")
     parser.add_argument("--budget", type=int, default=8, help="query sets labeled per round")
@@ -224,7 +323,11 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    try:
+        arms = parse_arms(args.arms)
+    except ValueError as error:
+        parser.error(str(error))
     if not (args.root / "images_background.zip").exists() and not (args.root / "images_background").exists():
         parser.exit(
             2, f"no Omniglot in {args.root}: pass --root, a folder with images_background and images_evaluation\n"
@@ -248,17 +351,12 @@ def main() -> None:
     results = []
     with tempfile.TemporaryDirectory(prefix="annotation-rounds-") as workdir:
         for seed in args.seeds:
-            results.append(run_seed(settings, seed, evaluation, Path(workdir)))
-            print(f"seed {seed}: {json.dumps(results[-1])}", flush=True)
-    table = markdown(settings, args.seeds, results, time.perf_counter() - started)
+            results.append(run_seed(settings, seed, arms, evaluation, Path(workdir)))
+    table = markdown(settings, list(arms), args.seeds, results, time.perf_counter() - started)
     print(table)
     if args.out is not None:
-        args.out.write_text(
-            json.dumps(
-                {"settings": {**vars(args), "root": str(args.root), "out": str(args.out)}, "results": results}, indent=1
-            )
-            + "\n"
-        )
+        settings_json: dict[str, Any] = {**vars(args), "root": str(args.root), "out": str(args.out), "arms": arms}
+        args.out.write_text(json.dumps({"settings": settings_json, "results": results}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
