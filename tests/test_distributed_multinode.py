@@ -19,6 +19,8 @@ import pytest
 import torch
 from tiny_setup import QUICKSTART, REPO, TINY_QUICKSTART
 
+from units_lightning.evaluation.checkpoints import load_checkpoint
+
 STEPS, TASKS, QUERY_IMAGES_PER_SET, SUPPORT_IMAGES_PER_TASK = 6, 4, 5, 5  # the quick start's 5-way 1-shot, 4 tasks
 LAUNCHER_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "NODE_RANK", "RANK", "WORLD_SIZE", "GROUP_RANK")
 
@@ -129,7 +131,7 @@ def test_only_global_rank_zero_writes_checkpoints_and_run_files(nodes):
     checkpoints = sorted(p.name for p in first.rglob("*.ckpt"))
     assert "last.ckpt" in checkpoints and len(checkpoints) == 2, checkpoints  # last, and the best by val/acc
     assert list(second.rglob("*.ckpt")) == [] and list(second.rglob("summary.json")) == []
-    last = torch.load(next(first.rglob("last.ckpt")), map_location="cpu", weights_only=False)
+    last = load_checkpoint(next(first.rglob("last.ckpt")))
     assert last["global_step"] == STEPS and last["label_ledger"] == ranks[0]["ledger"]
     assert len(list(first.rglob("summary.json"))) == 1
 

@@ -23,6 +23,7 @@ from units_lightning.annotation.label_store import LabeledQuerySet, SelectedBatc
 from units_lightning.annotation.label_studio import LabelStudio, image_urls, label_studio_tasks
 from units_lightning.annotation.label_studio_project import send_batch
 from units_lightning.annotation.ml_backend import Debouncer, Predictor, make_server
+from units_lightning.evaluation.checkpoints import load_checkpoint
 from units_lightning.samplers import MultiQuerySampler
 
 
@@ -177,5 +178,5 @@ def test_the_train_command_trains_one_epoch_more_than_the_served_checkpoint(tmp_
         train_command="fit --ckpt_path last --trainer.max_epochs {next_epoch}", ckpt_path=str(tmp_path / "last.ckpt")
     )
     assert _train_command(config) == ["fit", "--ckpt_path", "last", "--trainer.max_epochs", "3"]
-    assert finished_epochs(torch.load(tmp_path / "last.ckpt", weights_only=False)) == 2
+    assert finished_epochs(load_checkpoint(tmp_path / "last.ckpt")) == 2
     assert _train_command(SimpleNamespace(train_command="fit --trainer.max_epochs 3", ckpt_path=None))[-1] == "3"
