@@ -1,7 +1,8 @@
 """How long ``units-lightning`` takes to start: ``import units_lightning``, ``--help``, ``fit --help``, a refused
-``fit`` (a config file that does not exist) and ``report --help``, each the wall time of a fresh process, median
-of ``--runs`` runs after one untimed warm-up run (the operating system's file cache warm), and which packages
-``import units_lightning`` loads, from ``python -X importtime``.
+``fit`` (a config file that does not exist), ``report --help`` and the annotation commands' ``select``, ``ingest``
+and ``serve --help``, each the wall time of a fresh process, median of ``--runs`` runs after one untimed warm-up run
+(the operating system's file cache warm), and which packages ``import units_lightning`` loads, from ``python -X
+importtime``.
 
 ``--tree NAME=FOLDER`` (repeatable) measures several source trees side by side, their runs interleaved so that a
 busy machine slows each alike: ``git archive HEAD | tar -x -C /tmp/before`` then
@@ -30,6 +31,9 @@ COMMANDS = {
     "`units-lightning fit --help`": [str(SCRIPT), "fit", "--help"],
     "`units-lightning fit --config does-not-exist.yaml`": [str(SCRIPT), "fit", "--config", "does-not-exist.yaml"],
     "`units-lightning report --help`": [str(SCRIPT), "report", "--help"],
+    "`units-lightning select --help`": [str(SCRIPT), "select", "--help"],
+    "`units-lightning ingest --help`": [str(SCRIPT), "ingest", "--help"],
+    "`units-lightning serve --help`": [str(SCRIPT), "serve", "--help"],
 }
 # Packages a command that does not draw, log to W&B or talk to Label Studio has no use for.
 WATCHED = ("torch", "lightning", "jsonargparse", "torchvision", "scipy", "matplotlib", "wandb", "requests", "PIL")

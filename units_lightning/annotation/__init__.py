@@ -10,14 +10,45 @@ trains on the supports and the labeled query sets so far. ``SimulatedAnnotator``
 that the loop runs unattended. See docs/ANNOTATION.md.
 """
 
-from units_lightning.annotation.annotator import SimulatedAnnotator
-from units_lightning.annotation.answers import CANT_TELL, Answer, read_answers
-from units_lightning.annotation.batch import AnnotationBatch, read_manifest, write_batch
-from units_lightning.annotation.datamodule import AnnotatedTasksDataModule
-from units_lightning.annotation.ingest import IngestError, IngestOutcome, ingest, ingest_answers, ingest_outcome
-from units_lightning.annotation.label_store import LabelStore
-from units_lightning.annotation.layout import AnnotationProject, AnnotationTask, load_project
-from units_lightning.annotation.selection import select_batch
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from units_lightning.annotation.annotator import SimulatedAnnotator
+    from units_lightning.annotation.answers import CANT_TELL, Answer, read_answers
+    from units_lightning.annotation.batch import AnnotationBatch, read_manifest, write_batch
+    from units_lightning.annotation.datamodule import AnnotatedTasksDataModule
+    from units_lightning.annotation.ingest import IngestError, IngestOutcome, ingest, ingest_answers, ingest_outcome
+    from units_lightning.annotation.label_store import LabelStore
+    from units_lightning.annotation.layout import AnnotationProject, AnnotationTask, load_project
+    from units_lightning.annotation.selection import select_batch
+
+# Public name -> the module that defines it, imported when the name is first read: a command imports only what it
+# uses (``ingest`` no Lightning, ``select --help`` nothing heavy; docs/PERFORMANCE.md, "Start-up").
+_LAZY = {
+    "CANT_TELL": "units_lightning.annotation.answers",
+    "AnnotatedTasksDataModule": "units_lightning.annotation.datamodule",
+    "AnnotationBatch": "units_lightning.annotation.batch",
+    "AnnotationProject": "units_lightning.annotation.layout",
+    "AnnotationTask": "units_lightning.annotation.layout",
+    "Answer": "units_lightning.annotation.answers",
+    "IngestError": "units_lightning.annotation.ingest",
+    "IngestOutcome": "units_lightning.annotation.ingest",
+    "LabelStore": "units_lightning.annotation.label_store",
+    "SimulatedAnnotator": "units_lightning.annotation.annotator",
+    "ingest": "units_lightning.annotation.ingest",
+    "ingest_answers": "units_lightning.annotation.ingest",
+    "ingest_outcome": "units_lightning.annotation.ingest",
+    "load_project": "units_lightning.annotation.layout",
+    "read_answers": "units_lightning.annotation.answers",
+    "read_manifest": "units_lightning.annotation.batch",
+    "select_batch": "units_lightning.annotation.selection",
+    "write_batch": "units_lightning.annotation.batch",
+}
 
 __all__ = [
     "CANT_TELL",
@@ -39,3 +70,28 @@ __all__ = [
     "select_batch",
     "write_batch",
 ]
+
+
+class _Package(types.ModuleType):
+    """This package: its name ``ingest`` is the function, also once the submodule ``ingest`` is imported (which
+    binds the submodule to the package's attribute of that name, as every import of a submodule does)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "ingest" and isinstance(value, types.ModuleType):
+            value = value.ingest
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # later reads find it without calling __getattr__
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -18,16 +18,13 @@ import sys
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
-
-from jsonargparse import ActionConfigFile, ArgumentParser
+from typing import TYPE_CHECKING, Any
 
 from units_lightning.annotation.agreement import AGREEMENT_RULES
 from units_lightning.annotation.answers import Answer, read_answers, read_label_studio_export
 from units_lightning.annotation.atomic import write_text_atomically
 from units_lightning.annotation.batch import MANIFEST_NAME, AnnotationBatch, read_manifest, write_batch
-from units_lightning.annotation.datamodule import AnnotatedTasksDataModule
-from units_lightning.annotation.ingest import IngestError, IngestOutcome, ingest_outcome
+from units_lightning.annotation.help import full_help_words, short_help
 from units_lightning.annotation.label_store import LabeledQuerySet, LabelStore, SelectedBatch, store_lock
 from units_lightning.annotation.label_studio import (
     DOCUMENT_ROOT_VARIABLE,
@@ -45,12 +42,16 @@ from units_lightning.annotation.label_studio_project import (
     where_sent,
     withdraw,
 )
-from units_lightning.annotation.layout import TASKS_FOLDER, load_project
-from units_lightning.annotation.selection import select_batch
-from units_lightning.data.episodic import EpisodicDataModule
-from units_lightning.evaluation.checkpoints import load_checkpoint
-from units_lightning.module import UnitsMAML
-from units_lightning.samplers import MarginSampler, RandomSampler, TaskSampler
+
+# The model, the data and the parser that reads a config (torch, Lightning, jsonargparse) are imported by the
+# commands that use them: `ingest` needs none of them (torch only, for the ledger), `select --help` nothing at all.
+if TYPE_CHECKING:
+    from jsonargparse import ArgumentParser
+
+    from units_lightning.annotation.datamodule import AnnotatedTasksDataModule
+    from units_lightning.annotation.ingest import IngestOutcome
+    from units_lightning.module import UnitsMAML
+    from units_lightning.samplers import MarginSampler, TaskSampler
 
 __all__ = [
     "disputes_csv",
@@ -80,6 +81,12 @@ def schedule_at(model: UnitsMAML, checkpoint: dict[str, Any]) -> tuple[int, floa
 
 
 def _select_parser() -> ArgumentParser:
+    from jsonargparse import ActionConfigFile, ArgumentParser
+
+    from units_lightning.data.episodic import EpisodicDataModule
+    from units_lightning.module import UnitsMAML
+    from units_lightning.samplers import TaskSampler
+
     parser = ArgumentParser(
         prog="units-lightning select",
         description="Choose the next annotation batch: adapt to each task's support set, score candidate query sets "
@@ -183,6 +190,8 @@ def _report(batch: AnnotationBatch, folder: Path, where: str) -> str:
 
 def _restore(model: UnitsMAML, ckpt_path: str | None) -> tuple[int, float]:
     """Load ``ckpt_path``'s weights into ``model`` (weights only, shapes checked); returns its step and lambda."""
+    from units_lightning.evaluation.checkpoints import load_checkpoint
+
     if ckpt_path is None:
         return 0, float(model.lam(0.0))
     checkpoint = load_checkpoint(ckpt_path, leave_out="pass another --ckpt_path")
@@ -194,6 +203,8 @@ def _restore(model: UnitsMAML, ckpt_path: str | None) -> tuple[int, float]:
 def _send(batch: AnnotationBatch, config: Any, folder: Path) -> tuple[AnnotationBatch, str]:
     """Send the batch into the project's Label Studio project (with a URL) or write its import files; returns the
     batch and where it went."""
+    from units_lightning.annotation.layout import TASKS_FOLDER, load_project
+
     urls = image_urls(batch.project, document_root(config.label_studio_files_root), config.image_url_prefix)
     supports = {task.name: task.support for task in load_project(batch.project).tasks}
     if config.label_studio_url:
@@ -211,6 +222,8 @@ def default_acquisition(sampler: TaskSampler) -> MarginSampler:
     """What ``select`` chooses by when no ``--acquisition`` is given: the margin of the expected probabilities, which
     saved the most labels on the validation classes of every labeling-time setting measured (docs/RESULTS.md,
     "Selection: which acquisition saves labels"), with the config sampler's tasks and candidate query sets."""
+    from units_lightning.samplers import MarginSampler
+
     return MarginSampler(tasks=sampler.tasks, query_sets=sampler.query_sets)
 
 
@@ -222,8 +235,17 @@ def select_main(argv: Sequence[str] | None = None) -> None:
             project's tasks do not fit the episode shape, nothing is left to choose, or the label budget is spent.
         LabelStudioError: a Label Studio call failed.
     """
+    words = list(sys.argv[1:] if argv is None else argv)
+    page = short_help("select", words)
+    if page is not None:  # the options people change, before the parser imports torch and Lightning
+        print(page)
+        return
+    from units_lightning.annotation.datamodule import AnnotatedTasksDataModule
+    from units_lightning.annotation.selection import select_batch
+    from units_lightning.samplers import RandomSampler
+
     parser = _select_parser()
-    config = parser.parse_args(None if argv is None else list(argv))
+    config = parser.parse_args(full_help_words(words))
     built = parser.instantiate(config)
     data, model = built.data, built.model
     if not isinstance(data, AnnotatedTasksDataModule):
@@ -418,6 +440,8 @@ def ingest_main(argv: Sequence[str] | None = None) -> None:
     """
     parser = _ingest_parser()
     args = parser.parse_args(None if argv is None else list(argv))
+    from units_lightning.annotation.ingest import ingest_outcome  # with torch (the ledger), after --help
+
     batch = read_manifest(args.batch)
     folder = Path(args.batch) if Path(args.batch).is_dir() else Path(args.batch).parent
     if args.answers:
@@ -488,6 +512,8 @@ def finished_epochs(checkpoint: dict[str, Any]) -> int:
 def _train_command(config: Any) -> list[str]:
     """``config.train_command`` as arguments, ``{next_epoch}`` replaced by ``finished_epochs`` of the served
     checkpoint plus one."""
+    from units_lightning.evaluation.checkpoints import load_checkpoint
+
     words = shlex.split(config.train_command)
     if any(NEXT_EPOCH in word for word in words):
         checkpoint = load_checkpoint(config.ckpt_path, leave_out="pass another --ckpt_path")
@@ -504,6 +530,8 @@ def retrain_once(data: AnnotatedTasksDataModule, config: Any, reload: Any) -> li
     Returns:
         What happened, one line per step (the server prints them).
     """
+    from units_lightning.annotation.ingest import IngestError, ingest_outcome
+
     said = []
     taken = 0
     for out in data.label_store().pending():
@@ -543,10 +571,16 @@ def serve_main(argv: Sequence[str] | None = None) -> None:
     Raises:
         ValueError: as for ``select``; or no checkpoint (an untrained model suggests nothing).
     """
+    words = list(sys.argv[1:] if argv is None else argv)
+    page = short_help("serve", words)
+    if page is not None:
+        print(page)
+        return
+    from units_lightning.annotation.datamodule import AnnotatedTasksDataModule
     from units_lightning.annotation.ml_backend import Debouncer, Predictor, make_server
 
     parser = _serve_parser()
-    config = parser.parse_args(None if argv is None else list(argv))
+    config = parser.parse_args(full_help_words(words))
     if not config.ckpt_path:
         raise ValueError("serve needs --ckpt_path: an untrained model has no suggestion to make")
     built = parser.instantiate(config)
