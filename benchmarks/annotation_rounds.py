@@ -166,6 +166,7 @@ def train_round(settings: Settings, data: AnnotatedTasksDataModule, round_number
         limit_train_batches=settings.steps,
         limit_val_batches=0,
         logger=False,
+        default_root_dir=save.parent,  # summary.json beside the checkpoint, not in the working directory
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
