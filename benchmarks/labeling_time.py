@@ -23,7 +23,8 @@ candidates of one task.
         --data.root <omniglot> --split test --seeds 0 1 2 --device cuda --out labeling_time.json
 
 ``python benchmarks/labeling_time.py merge A.json B.json --out X.json`` joins runs of one setting whose seeds ran
-apart (one process per GPU). ``--ckpt`` takes one checkpoint per seed (the models of seeds 0, 1, 2), or one for every seed. Every round adapts to
+apart (one process per GPU). ``--ckpt`` takes one checkpoint per seed (the models of seeds 0, 1, 2), or one for every
+seed. Every round adapts to
 a larger support set, so on a GPU each round's shapes would capture CUDA graphs of their own and keep them: for
 20-way tasks pass ``--model.capture none`` (eager evaluation; 200 tasks of Omniglot 20-way otherwise filled an
 H200's 140 GB).
@@ -107,7 +108,8 @@ def curve_area(labels: Sequence[float], accuracy: Sequence[float]) -> float:
         >>> curve_area([0, 10, 20], [50.0, 70.0, 80.0])
         67.5
     """
-    area = sum((x1 - x0) * (y0 + y1) / 2 for x0, x1, y0, y1 in zip(labels, labels[1:], accuracy, accuracy[1:]))
+    segments = zip(labels[:-1], labels[1:], accuracy[:-1], accuracy[1:], strict=True)
+    area = sum((x1 - x0) * (y0 + y1) / 2 for x0, x1, y0, y1 in segments)
     return area / (labels[-1] - labels[0])
 
 
@@ -157,7 +159,11 @@ def draw_tasks(images: Any, n_way: int, k_shot: int, setting: Setting, seed: int
         task = {name: [] for name in parts}
         for way, c in enumerate(classes):
             order = rng.permutation(members[int(c)])[:per_class]
-            cuts = {"support": order[:k_shot], "pool": order[k_shot : k_shot + setting.pool], "held": order[-setting.held_out :]}
+            cuts = {
+                "support": order[:k_shot],
+                "pool": order[k_shot : k_shot + setting.pool],
+                "held": order[-setting.held_out :],
+            }
             for name, idx in cuts.items():
                 task[name] += [(i, way) for i in idx]
         shuffle = rng.permutation(len(task["pool"]))
@@ -197,9 +203,7 @@ def choose(sampler: Any, evidence: torch.Tensor, lam: float, count: int, step: i
     return sampler.priority(scores, step)[0].topk(count).indices.cpu()
 
 
-def run_arm(
-    model: Any, tasks: Tasks, sampler: Any, setting: Setting, lam: float, seed: int
-) -> list[float]:
+def run_arm(model: Any, tasks: Tasks, sampler: Any, setting: Setting, lam: float, seed: int) -> list[float]:
     """One acquisition over every round: the held-out accuracy (%) after 0, 1, ..., ``rounds`` rounds of labels."""
     num_tasks, pool = tasks.pool_y.shape
     labeled = torch.zeros(num_tasks, 0, dtype=torch.long, device=tasks.pool_y.device)  # pool positions revealed
@@ -271,13 +275,15 @@ def _cell(summary: Mapping[str, Any], scale: float = 1.0, digits: int = 1, signe
 def markdown_table(summary: Mapping[str, Any]) -> str:
     """One row per acquisition: labels saved (%), curve area, its paired difference with random, final accuracy."""
     lines = [
-        "| acquisition | labels saved vs random (%) | reached | curve area (%) | area - random (points) | final acc (%) |",
+        "| acquisition | labels saved vs random (%) | reached | curve area (%) | area - random (points) "
+        "| final acc (%) |",
         "|---|---|---|---|---|---|",
     ]
     for name, row in summary.items():
         saved = row["labels_saved"]
         lines.append(
-            f"| {name} | {_cell(saved, 100.0, signed=True)} | {saved['reached']} | {_cell(row['curve_area'], digits=2)} "
+            f"| {name} | {_cell(saved, 100.0, signed=True)} | {saved['reached']} "
+            f"| {_cell(row['curve_area'], digits=2)} "
             f"| {_cell(row['area_minus_random'], digits=2, signed=True)} | {_cell(row['final'], digits=2)} |"
         )
     return "\n".join(lines)
@@ -328,7 +334,11 @@ def merge(paths: Sequence[Path], out: Path | None) -> dict[str, Any]:
     records = [json.loads(Path(p).read_text()) for p in paths]
     first = records[0]
     for record in records[1:]:
-        if (record["setting"], record["config"], record["labels"]) != (first["setting"], first["config"], first["labels"]):
+        if (record["setting"], record["config"], record["labels"]) != (
+            first["setting"],
+            first["config"],
+            first["labels"],
+        ):
             raise ValueError(f"cannot merge runs of different settings: {paths[0]} and another")
     curves: dict[str, dict[int, list[float]]] = {}
     for record in records:
@@ -347,7 +357,8 @@ def merge(paths: Sequence[Path], out: Path | None) -> dict[str, Any]:
     if out is not None:
         out.write_text(json.dumps(merged, indent=1))
         setting = merged["setting"]
-        title = f"{Path(merged['config']).stem}, {setting['split']} classes, {setting['tasks']} tasks x {len(merged['seeds'])} seeds"
+        seeds = len(merged["seeds"])
+        title = f"{Path(merged['config']).stem}, {setting['split']} classes, {setting['tasks']} tasks x {seeds} seeds"
         plot(merged["summary"], merged["labels"], out.with_suffix(".png"), title)
     return merged
 
@@ -360,7 +371,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         merging.add_argument("--out", type=Path, default=None)
         options = merging.parse_args(argv[1:])
         return merge(options.paths, options.out)
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
+    )
     parser.add_argument("--config", required=True, help="the config the model was trained with")
     parser.add_argument("--ckpt", nargs="+", required=True, help="a checkpoint per seed, or one for all")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])

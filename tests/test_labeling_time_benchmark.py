@@ -1,4 +1,4 @@
-"""benchmarks/labeling_time.py: labels saved at equal accuracy, and rounds of labeling-time selection on a tiny model."""
+"""benchmarks/labeling_time.py: labels saved at equal accuracy, and labeling-time selection rounds on a tiny model."""
 
 import json
 import math
@@ -97,7 +97,9 @@ def test_draw_tasks_keeps_roles_disjoint_and_classes_balanced():
     images = data.split("test")
     setting = lt.Setting("test", tasks=3, pool=6, held_out=2, set_size=5, per_round=1, rounds=2)
     tasks = lt.draw_tasks(images, 5, 1, setting, seed=0, device=torch.device("cpu"))
-    assert tasks.support_x.shape[:2] == (3, 5) and tasks.pool_x.shape[:2] == (3, 30) and tasks.held_x.shape[:2] == (3, 10)
+    assert (
+        tasks.support_x.shape[:2] == (3, 5) and tasks.pool_x.shape[:2] == (3, 30) and tasks.held_x.shape[:2] == (3, 10)
+    )
     for y in (tasks.support_y, tasks.pool_y, tasks.held_y):
         assert (torch.bincount(y[0], minlength=5) == y.shape[1] // 5).all()
     with pytest.raises(ValueError, match="lower --pool or --held-out"):

@@ -69,9 +69,7 @@ def test_the_held_out_sets_depend_on_the_seed_and_a_training_set_never_becomes_a
     assert len({tuple(c) for c in chosen.values()}) > 1  # the seed picks which
 
 
-def test_fit_never_trains_on_the_held_out_sets_and_says_when_it_cannot_validate(
-    glyph_project, make_batch, capsys
-):
+def test_fit_never_trains_on_the_held_out_sets_and_says_when_it_cannot_validate(glyph_project, make_batch, capsys):
     root, key = glyph_project
     sets = _all_sets(load_project(root))
     sampler = MultiQuerySampler(tasks=2, query_sets=3)

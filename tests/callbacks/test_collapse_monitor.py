@@ -73,7 +73,12 @@ def test_vacuity_near_one_is_a_collapse_too_and_non_finite_steps_are_left_out():
     [
         (
             EvidentialLoss(activation="relu"),
-            ["vacuity_weight, now 0; 1.0 as the authors' code", "ib_reduction, now 'sum'", "n_way = 5", "activation, now 'relu'"],
+            [
+                "vacuity_weight, now 0; 1.0 as the authors' code",
+                "ib_reduction, now 'sum'",
+                "n_way = 5",
+                "activation, now 'relu'",
+            ],
             [],
         ),
         (

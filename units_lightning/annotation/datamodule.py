@@ -115,9 +115,7 @@ class AnnotatedTasksDataModule(EpisodicDataModule):
                 "data module"
             )
         store = self.label_store()
-        held_out, labeled, needed = (
-            held_out_sets(store, self.val_share, self.seed) if self.val_share else (set(), 0, 0)
-        )
+        held_out, labeled, needed = held_out_sets(store, self.val_share, self.seed) if self.val_share else (set(), 0, 0)
         images, tasks, self._held_out = labeled_tasks(
             self.project(), store, self.spec, self.image_shape, held_out=held_out
         )

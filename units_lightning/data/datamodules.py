@@ -260,8 +260,8 @@ class FewShotImageFolderDataModule(EpisodicDataModule):
         self._classes: dict[str, list[int]] | None = None
 
     def make_split(self, split: str) -> FewShotImages:
-        from units_lightning.data.datasets.image_folder import load_image_folder, split_by_lists, split_by_ratios
         from units_lightning.data.datasets.class_images import Decoding
+        from units_lightning.data.datasets.image_folder import load_image_folder, split_by_lists, split_by_ratios
         from units_lightning.data.datasets.split_layout import load_split_layout
 
         if self.split_spec == "folders":
