@@ -27,6 +27,7 @@ FOUNDATIONS = (
     "units_lightning.engines",
     "units_lightning.episode",
     "units_lightning.keys",
+    "units_lightning.lazy",
     "units_lightning.ledger",
     "units_lightning.losses",
     "units_lightning.metrics",

@@ -6,8 +6,9 @@ torch and Lightning), so that ``units-lightning --help`` and a refused command a
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from units_lightning.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -21,13 +22,4 @@ _LAZY = {"LabelLedger": "units_lightning.ledger", "UnitsMAML": "units_lightning.
 __all__ = ["LabelLedger", "UnitsMAML", "__version__"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value  # later reads find it without calling __getattr__
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
