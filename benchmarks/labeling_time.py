@@ -265,7 +265,8 @@ def summarise(curves: Mapping[str, Mapping[int, Sequence[float]]], labels: Seque
     return summary
 
 
-def _cell(summary: Mapping[str, Any], scale: float = 1.0, digits: int = 1, signed: bool = False) -> str:
+def format_cell(summary: Mapping[str, Any], scale: float = 1.0, digits: int = 1, signed: bool = False) -> str:
+    """A table cell of a mean and its 95% interval (``mean_ci95``), scaled, "n/a" without a mean."""
     if summary.get("mean") is None:
         return "n/a"
     text = f"{summary['mean'] * scale:+.{digits}f}" if signed else f"{summary['mean'] * scale:.{digits}f}"
@@ -282,9 +283,10 @@ def markdown_table(summary: Mapping[str, Any]) -> str:
     for name, row in summary.items():
         saved = row["labels_saved"]
         lines.append(
-            f"| {name} | {_cell(saved, 100.0, signed=True)} | {saved['reached']} "
-            f"| {_cell(row['curve_area'], digits=2)} "
-            f"| {_cell(row['area_minus_random'], digits=2, signed=True)} | {_cell(row['final'], digits=2)} |"
+            f"| {name} | {format_cell(saved, 100.0, signed=True)} | {saved['reached']} "
+            f"| {format_cell(row['curve_area'], digits=2)} "
+            f"| {format_cell(row['area_minus_random'], digits=2, signed=True)} "
+            f"| {format_cell(row['final'], digits=2)} |"
         )
     return "\n".join(lines)
 

@@ -26,7 +26,7 @@ from typing import Any
 if not __package__:  # run as a script: the repository on sys.path, for ``benchmarks.*``
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.labeling_time import curve_area, labels_saved
+from benchmarks.labeling_time import curve_area, format_cell, labels_saved
 from benchmarks.tables.statistics import mean_ci95
 
 
@@ -65,13 +65,6 @@ def compare(table: Mapping[str, Mapping[str, Any]], reference: str) -> dict[str,
     return {"labels": labels, "reference": reference, "methods": rows}
 
 
-def _cell(summary: Mapping[str, Any], scale: float = 1.0, digits: int = 1, signed: bool = False) -> str:
-    if summary.get("mean") is None:
-        return "n/a"
-    text = f"{summary['mean'] * scale:{'+' if signed else ''}.{digits}f}"
-    return text + (f" ± {summary['ci95'] * scale:.{digits}f}" if summary.get("ci95") is not None else "")
-
-
 def markdown(config: str, result: Mapping[str, Any]) -> str:
     lines = [
         f"{config}: labels saved against {result['reference']} (to reach its final accuracy at "
@@ -83,8 +76,9 @@ def markdown(config: str, result: Mapping[str, Any]) -> str:
     for method, row in result["methods"].items():
         saved = row["labels_saved"]
         lines.append(
-            f"| {method} | {_cell(saved, 100.0, signed=True)} | {saved['reached']} "
-            f"| {_cell(row['area_minus_reference'], digits=2, signed=True)} | {_cell(row['final'], digits=2)} |"
+            f"| {method} | {format_cell(saved, 100.0, signed=True)} | {saved['reached']} "
+            f"| {format_cell(row['area_minus_reference'], digits=2, signed=True)} "
+            f"| {format_cell(row['final'], digits=2)} |"
         )
     return "\n".join(lines)
 
