@@ -10,8 +10,8 @@ with the same loss (``Units-NTS``); ``--reference MAML`` compares with cross-ent
 
     python benchmarks/training_time.py runs/paper/tables/paper_tables.json [more.json ...] --reference Units-NTS
 
-Several tables JSONs (one per call of ``paper_tables.py``) are read together; a config found in several is taken
-from the last.
+Several tables JSONs (one per call of ``paper_tables.py``) are read together: a config's methods are gathered from
+all of them, and a (config, method) found in several is taken from the last.
 """
 
 from __future__ import annotations
@@ -93,7 +93,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     budget: dict[str, Any] = {}
     for path in args.tables:
-        budget.update(json.loads(path.read_text()).get("budget", {}))
+        for config, table in json.loads(path.read_text()).get("budget", {}).items():
+            budget.setdefault(config, {}).update(table)
     if not budget:
         parser.error(f"no label-budget table in {', '.join(map(str, args.tables))}")
     results = {}

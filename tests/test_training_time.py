@@ -41,3 +41,16 @@ def test_a_seed_missing_a_milestone_is_left_out_and_the_cli_prints_a_row_per_met
     results = training_time.main([str(path)])
     assert results["budget_x"]["methods"]["Units-ML"]["seeds"] == [0]
     assert "| Units-ML | +40.0 | 1/1 |" in capsys.readouterr().out
+
+
+def test_tables_of_separate_calls_are_merged_method_by_method(tmp_path):
+    """The reference in one call's table, an acquisition in another's: both are compared, and a method in both is
+    taken from the last."""
+    nts = _cells({0: [80.0, 85.0, 90.0, 92.0]})
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_text(json.dumps({"budget": {"budget_x": {"Units-NTS": nts, "Margin": nts}}}))
+    margin = _cells({0: [85.0, 90.0, 94.0, 95.0]})
+    second.write_text(json.dumps({"budget": {"budget_x": {"Margin": margin, "Entropy": margin}}}))
+    methods = training_time.main([str(first), str(second)])["budget_x"]["methods"]
+    assert set(methods) == {"Units-NTS", "Margin", "Entropy"}
+    assert methods["Margin"]["labels_saved"]["values"] == pytest.approx([0.4])
