@@ -50,7 +50,7 @@ def compare(table: Mapping[str, Mapping[str, Any]], reference: str) -> dict[str,
     rows = {}
     for method, cells in table.items():
         method_labels, curves = seed_curves(cells)
-        if method_labels != labels:
+        if method_labels != labels or not curves:  # other milestones, or a method of the grid with no run yet
             continue
         seeds = sorted(set(curves) & set(ref))
         saved = [labels_saved(labels, curves[s], ref[s]) for s in seeds]

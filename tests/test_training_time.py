@@ -22,6 +22,7 @@ def test_labels_saved_are_paired_by_seed_against_the_reference():
         # seed 0 reaches 92 at 6,000 (half way from 90 at 4,000 to 94 at 8,000): 40% saved; seed 1 reaches 90 at 4,000.
         "Margin": _cells({0: [85.0, 90.0, 94.0, 95.0], 1: [80.0, 90.0, 91.0, 92.0]}),
         "Worse": _cells({0: [70.0, 75.0, 80.0, 85.0], 1: [60.0, 65.0, 70.0, 75.0]}),
+        "Not run": {str(label): {"seeds": [], "values": []} for label in (2000, 4000, 8000, 10000)},
     }
     result = training_time.compare(table, "Units-NTS")
     margin = result["methods"]["Margin"]
@@ -30,6 +31,7 @@ def test_labels_saved_are_paired_by_seed_against_the_reference():
     assert result["methods"]["Units-NTS"]["labels_saved"]["mean"] == 0.0
     assert result["methods"]["Worse"]["labels_saved"]["reached"] == "0/2"  # never reaches the reference's final
     assert result["methods"]["Worse"]["area_minus_reference"]["mean"] < 0 < margin["area_minus_reference"]["mean"]
+    assert "Not run" not in result["methods"]  # a method of the grid without runs gets no row
 
 
 def test_a_seed_missing_a_milestone_is_left_out_and_the_cli_prints_a_row_per_method(tmp_path, capsys):
