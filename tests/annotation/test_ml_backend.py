@@ -18,7 +18,7 @@ from tiny_setup import tiny_data, tiny_model, tiny_trainer
 
 from units_lightning.annotation import AnnotatedTasksDataModule, LabelStore
 from units_lightning.annotation.batch import write_batch
-from units_lightning.annotation.commands import _train_command, finished_epochs, retrain_once
+from units_lightning.annotation.commands import finished_epochs, retrain_once, train_command
 from units_lightning.annotation.label_store import LabeledQuerySet, SelectedBatch
 from units_lightning.annotation.label_studio import LabelStudio, image_urls, label_studio_tasks
 from units_lightning.annotation.label_studio_project import send_batch
@@ -177,6 +177,6 @@ def test_the_train_command_trains_one_epoch_more_than_the_served_checkpoint(tmp_
     config = SimpleNamespace(
         train_command="fit --ckpt_path last --trainer.max_epochs {next_epoch}", ckpt_path=str(tmp_path / "last.ckpt")
     )
-    assert _train_command(config) == ["fit", "--ckpt_path", "last", "--trainer.max_epochs", "3"]
+    assert train_command(config) == ["fit", "--ckpt_path", "last", "--trainer.max_epochs", "3"]
     assert finished_epochs(load_checkpoint(tmp_path / "last.ckpt")) == 2
-    assert _train_command(SimpleNamespace(train_command="fit --trainer.max_epochs 3", ckpt_path=None))[-1] == "3"
+    assert train_command(SimpleNamespace(train_command="fit --trainer.max_epochs 3", ckpt_path=None))[-1] == "3"

@@ -8,7 +8,7 @@ import torch
 from tiny_setup import tiny_model
 
 from units_lightning.annotation import AnnotatedTasksDataModule, read_manifest, select_batch
-from units_lightning.annotation.commands import _select_parser, select_main
+from units_lightning.annotation.commands import select_main, select_parser
 from units_lightning.annotation.selection import choose_query_sets
 from units_lightning.samplers import (
     DiverseSampler,
@@ -92,7 +92,7 @@ def test_diversity_takes_one_set_per_task_before_a_second_from_any():
 def test_select_command_takes_the_acquisition_by_class_path(glyph_project, project_options, tmp_path, capsys):
     root = glyph_project[0]
     options = project_options(root)
-    parser = _select_parser()
+    parser = select_parser()
     model = parser.instantiate(parser.parse_args([*options, "--budget", "1"])).model
     checkpoint = tmp_path / "model.ckpt"
     torch.save({"state_dict": model.state_dict(), "global_step": 60, "epoch": 0}, checkpoint)
@@ -108,7 +108,7 @@ def test_select_command_takes_the_acquisition_by_class_path(glyph_project, proje
 def test_select_chooses_by_margin_unless_told_otherwise(glyph_project, project_options, tmp_path):
     root = glyph_project[0]
     options = project_options(root)
-    parser = _select_parser()
+    parser = select_parser()
     built = parser.instantiate(parser.parse_args([*options, "--budget", "1"]))
     checkpoint = tmp_path / "model.ckpt"
     torch.save({"state_dict": built.model.state_dict(), "global_step": 60, "epoch": 0}, checkpoint)

@@ -16,7 +16,7 @@ from tiny_setup import REPO
 import units_lightning.annotation as annotation
 from units_lightning.annotation import SimulatedAnnotator
 from units_lightning.annotation.batch import write_batch
-from units_lightning.annotation.commands import NEXT_EPOCH, TOKEN_VARIABLE, _select_parser, _serve_parser
+from units_lightning.annotation.commands import NEXT_EPOCH, TOKEN_VARIABLE, select_parser, serve_parser
 from units_lightning.annotation.help import FULL_HELP_FLAG, short_help
 from units_lightning.cli import main
 from units_lightning.cli.preflight import FULL_HELP_FLAG as LIGHTNING_FULL_HELP_FLAG
@@ -147,7 +147,7 @@ VALUES = {
 
 
 @pytest.mark.parametrize(
-    "command, parser", [("select", _select_parser), ("serve", _serve_parser)], ids=["select", "serve"]
+    "command, parser", [("select", select_parser), ("serve", serve_parser)], ids=["select", "serve"]
 )
 def test_every_option_on_a_page_is_accepted(command, parser, project_options, tmp_path):
     options = re.findall(r"^  (--[\w.]+)", short_help(command, ["--help"]), flags=re.MULTILINE)

@@ -40,12 +40,6 @@ __all__ = [
     "train_command",
 ]
 
-# The names these had while the commands lived in this module (tests and scripts import them from here).
-_select_parser = select_parser
-_serve_parser = serve_parser
-_train_command = train_command
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m units_lightning.annotation.commands {select,ingest,serve} ...``."""
     words = sys.argv[1:] if argv is None else list(argv)
