@@ -40,6 +40,7 @@ __all__ = [
     "train_command",
 ]
 
+
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m units_lightning.annotation.commands {select,ingest,serve} ...``."""
     words = sys.argv[1:] if argv is None else list(argv)
