@@ -225,10 +225,30 @@ def test_the_dry_run_lists_every_run_with_its_commands_and_what_is_done(tmp_path
     assert tests[2].endswith(f"--ckpt_path={tested.folder}/logs/version_0/checkpoints/milestones/labels-08000.ckpt")
     # Before its fit has written them, where the milestone checkpoints will be.
     assert f"--ckpt_path={partial.folder}/*/*/checkpoints/milestones/labels-04000.ckpt" in blocks[2]
+    # What a call runs for the tests to do: one process, each checkpoint tested as by its test command above.
+    (together,) = [line for line in blocks[3].splitlines() if line.startswith("  tests to do, in one process: ")]
+    assert "-m benchmarks.tables.evaluate" in together
+    shared = tests[2].split(" -m units_lightning test ", 1)[1].split(" --trainer.default_root_dir=", 1)[0]
+    assert together.split(" -- ", 1)[1] == shared and f"--into={tested.folder}/test" in together
+    assert [w.split("=", 2)[1] for w in together.split() if w.startswith("--checkpoint=")] == [
+        "labels-02000",
+        "labels-08000",
+        "labels-10000",
+    ]
+
+
+def _option(command, name: str) -> str:
+    return next(c for c in command if c.startswith(f"--{name}=")).split("=", 1)[1]
+
+
+def _tested_checkpoints(command) -> list[str]:
+    """The checkpoints a ``benchmarks.tables.evaluate`` command tests, in order."""
+    return [c.split("=", 2)[2] for c in command if c.startswith("--checkpoint=")]
 
 
 class FakeLauncher(launcher.Launcher):
-    """Runs nothing: a fit leaves the milestone checkpoints of a finished run, a test its results.json."""
+    """Runs nothing: a fit leaves the milestone checkpoints of a finished run, a test its results.json (the milestone
+    tests' one process, each of its checkpoints' results.json)."""
 
     def __init__(self, returncode=0):
         super().__init__({})
@@ -239,12 +259,14 @@ class FakeLauncher(launcher.Launcher):
         if self.returncode != 0:
             return self.returncode
         if command[3] == "fit":
-            _fake_milestones(
-                Path(next(c for c in command if c.startswith("--trainer.default_root_dir=")).split("=", 1)[1])
-            )
+            _fake_milestones(Path(_option(command, "trainer.default_root_dir")))
+        elif command[2] == "benchmarks.tables.evaluate":
+            for checkpoint in _tested_checkpoints(command):
+                folders.write_json(
+                    Path(_option(command, "into")) / Path(checkpoint).stem / "results.json", _results(0.95)
+                )
         else:
-            out = Path(next(c for c in command if c.startswith("--trainer.default_root_dir=")).split("=", 1)[1])
-            folders.write_json(out / "results.json", _results(0.95))
+            folders.write_json(Path(_option(command, "trainer.default_root_dir")) / "results.json", _results(0.95))
         return 0
 
 
@@ -252,25 +274,23 @@ def test_finished_runs_are_skipped_and_the_others_continued_where_they_stopped(t
     options, (done, partial, tested) = _prepare(tmp_path)
     fake = FakeLauncher()
     assert [launcher.execute_run(run, fake, None, options) for run in (done, partial, tested)] == ["done"] * 3
-    commands = [(c[3], next((a for a in c if a.startswith("--ckpt_path")), None)) for c in fake.commands]
-    assert commands == [
-        ("fit", "--ckpt_path=last"),  # the partial run resumes from its last.ckpt
-        *[
-            ("test", f"--ckpt_path={partial.folder}/logs/version_0/checkpoints/milestones/labels-{m:05d}.ckpt")
-            for m in (2000, 4000, 8000, 10000)
-        ],
-        *[
-            ("test", f"--ckpt_path={tested.folder}/logs/version_0/checkpoints/milestones/labels-{m:05d}.ckpt")
-            for m in (2000, 8000, 10000)
-        ],  # the fit of the third had finished, and its first test too
+    assert [c[3] for c in fake.commands[:1]] == ["fit"] and fake.commands[0][-1] == "--ckpt_path=last"
+    milestones = "logs/version_0/checkpoints/milestones"
+    # The milestone tests of a run in one process each: all four of the resumed run, the three left of the third.
+    assert [c[1:3] for c in fake.commands[1:]] == [["-m", "benchmarks.tables.evaluate"]] * 2
+    assert [_tested_checkpoints(c) for c in fake.commands[1:]] == [
+        [f"{partial.folder}/{milestones}/labels-{m:05d}.ckpt" for m in (2000, 4000, 8000, 10000)],
+        [f"{tested.folder}/{milestones}/labels-{m:05d}.ckpt" for m in (2000, 8000, 10000)],
     ]
     for run in (partial, tested):
         assert (run.folder / folders.DONE).is_file()
         record = json.loads((run.folder / folders.RECORD).read_text())
         assert record["identity"] == grid.fit_identity(run, options) and record["fit"]["finished"]
     record = json.loads((partial.folder / folders.RECORD).read_text())
-    assert set(record["tests"]) == {"test-labels-02000", "test-labels-04000", "test-labels-08000", "test-labels-10000"}
-    assert {e["returncode"] for e in record["tests"].values()} == {0} and record["fit"]["segments"][0]["wall_s"] >= 0
+    assert set(record["tests"]) == {"test-labels-02000+labels-04000+labels-08000+labels-10000"}
+    (entry,) = record["tests"].values()
+    assert entry["returncode"] == 0 and entry["log"] == f"{partial.folder}/console/test-milestones.log"
+    assert record["fit"]["segments"][0]["wall_s"] >= 0
     # A second call has nothing left to do.
     again = FakeLauncher()
     assert [launcher.execute_run(run, again, None, options) for run in (done, partial, tested)] == ["done"] * 3

@@ -2,10 +2,12 @@
 
 Thin over the configs and the command line: every run is ``python -m units_lightning fit`` of a shipped config
 with a method's overrides, then ``python -m units_lightning test`` of its checkpoints on the config's seeded test
-tasks (600 in the shipped configs), each in a subprocess:
+tasks (600 in the shipped configs), in subprocesses:
 
 - label-budget configs (``model.label_budget`` set; they carry a ``MilestoneCheckpoint``): the checkpoint of each
-  milestone (4,000 / 8,000 / 10,000 labeled query sets), ``--ckpt_path .../milestones/labels-04000.ckpt``;
+  milestone (4,000 / 8,000 / 10,000 labeled query sets), ``--ckpt_path .../milestones/labels-04000.ckpt``, those
+  without results all in one process (``python -m benchmarks.tables.evaluate``, which tests each as its own
+  ``test`` command does, the imports paid once; its output in ``console/test-milestones.log``);
 - standard configs: the ensemble of the top-k validation checkpoints, as the paper (k is the ``save_top_k`` of the
   config's ``val/acc`` checkpoint: 1 for Omniglot, 3 for CIFAR-FS and mini-ImageNet), ``--model.ensemble``.
 
@@ -47,6 +49,7 @@ coverage from each ``results.json``, and Units-ML against Units-NTS paired by se
 
 Modules: ``reference`` (the paper's numbers), ``statistics`` (Student t, confidence intervals, paired
 differences), ``grid`` (configs, methods, runs and their commands), ``folders`` (what a run's folder holds),
-``metrics`` (the metrics of every fit segment), ``launcher`` (running the grid in time), ``report``
-(tables and plots), ``cli`` (the command line of ``benchmarks/paper_tables.py``).
+``metrics`` (the metrics of every fit segment), ``evaluate`` (several checkpoints tested in one process),
+``launcher`` (running the grid in time), ``report`` (tables and plots), ``cli`` (the command line of
+``benchmarks/paper_tables.py``).
 """

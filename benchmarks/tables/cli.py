@@ -24,6 +24,7 @@ from benchmarks.tables.grid import (
     build_grid,
     evaluation_command,
     fit_command,
+    milestone_tests_command,
     parse_extra,
     read_config,
     shown,
@@ -171,9 +172,13 @@ def _dry_run(runs: Sequence[Run], options: Options) -> None:
         if state == "done":
             continue
         print(f"  fit: {shlex.join(fit_command(run, options))}")
-        for target in targets_of(run.config):
+        targets = targets_of(run.config)
+        for target in targets:
             mark = "done" if read_results(run, target) is not None else "to do"
             print(f"  test {target.name} ({mark}): {shlex.join(evaluation_command(run, target, options))}")
+        pending = [t for t in targets if t.milestone is not None and read_results(run, t) is None]
+        if pending:  # what the call runs for them: the test commands above, in one process
+            print(f"  tests to do, in one process: {shlex.join(milestone_tests_command(run, pending, options))}")
 
 
 def main(argv: Sequence[str] | None = None, started: float | None = None) -> int:

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from benchmarks.common import REPO
+from benchmarks.tables.evaluate import checkpoint_test_arguments
 
 GROUPS = {
     "budget": (
@@ -317,33 +318,69 @@ def last_checkpoint(run: Run) -> Path | None:
     return find_last_checkpoint([run.folder / "*" / "*" / "checkpoints"])
 
 
+def _milestone_location(run: Run, target: Target) -> str:
+    """The milestone checkpoint of ``target``, or before the fit has written it, where it will be."""
+    found = milestone_checkpoint(run, target)
+    return shown(found) if found else f"{shown(run.folder)}/*/*/checkpoints/milestones/{target.name}.ckpt"
+
+
+def shared_test_options(run: Run, options: Options) -> list[str]:
+    """The options every ``units-lightning test`` of ``run`` shares: config, data, method, no logger, ``--extra``."""
+    return [
+        "--config",
+        shown(run.config.path),
+        *data_root_arguments(run.config, options),
+        *method_overrides(METHODS[run.method], run.config),
+        "--trainer.logger=false",
+        *options.extra,
+    ]
+
+
 def evaluation_command(run: Run, target: Target, options: Options) -> list[str]:
     """``units-lightning test`` of one target, into ``<run>/test/<name>``, with the config's test tasks."""
+    into = shown(run.folder / "test")
     if target.milestone is not None:
-        found = milestone_checkpoint(run, target)
-        location = shown(found) if found else f"{shown(run.folder)}/*/*/checkpoints/milestones/{target.name}.ckpt"
-        what = [f"--ckpt_path={location}"]
-    else:
-        last = last_checkpoint(run)
-        folder = shown(last.parent) if last else f"{shown(run.folder)}/*/*/checkpoints"
-        ensemble = {
-            "class_path": "units_lightning.evaluation.CheckpointEnsemble",
-            "init_args": {"checkpoints": folder, "top_k": target.top_k},
-        }
-        what = [f"--model.ensemble={_json(ensemble)}"]
+        words = checkpoint_test_arguments(
+            shared_test_options(run, options), into, target.name, _milestone_location(run, target)
+        )
+        return [options.python, "-m", "units_lightning", *words]
+    last = last_checkpoint(run)
+    folder = shown(last.parent) if last else f"{shown(run.folder)}/*/*/checkpoints"
+    ensemble = {
+        "class_path": "units_lightning.evaluation.CheckpointEnsemble",
+        "init_args": {"checkpoints": folder, "top_k": target.top_k},
+    }
     return [
         options.python,
         "-m",
         "units_lightning",
         "test",
-        "--config",
-        shown(run.config.path),
-        *data_root_arguments(run.config, options),
-        *method_overrides(METHODS[run.method], run.config),
-        f"--trainer.default_root_dir={shown(run.folder / 'test' / target.name)}",
-        "--trainer.logger=false",
-        *options.extra,
-        *what,
+        *shared_test_options(run, options),
+        f"--trainer.default_root_dir={into}/{target.name}",
+        f"--model.ensemble={_json(ensemble)}",
+    ]
+
+
+def milestone_tests_command(run: Run, targets: Sequence[Target], options: Options) -> list[str]:
+    """One process for the milestone ``targets`` of ``run`` (``benchmarks.tables.evaluate``): each tested as its
+    ``evaluation_command`` tests it, the imports paid once.
+
+    Raises:
+        ValueError: a target that is not a milestone (the ensemble of the best checkpoints has its own command).
+    """
+    others = [t.name for t in targets if t.milestone is None]
+    if others:
+        raise ValueError(f"only milestone checkpoints are tested in one process, not {others}")
+    checkpoints = [f"--checkpoint={t.name}={_milestone_location(run, t)}" for t in targets]
+    into = f"--into={shown(run.folder / 'test')}"
+    return [
+        options.python,
+        "-m",
+        "benchmarks.tables.evaluate",
+        into,
+        *checkpoints,
+        "--",
+        *shared_test_options(run, options),
     ]
 
 

@@ -33,10 +33,12 @@ from benchmarks.tables.folders import (
 from benchmarks.tables.grid import (
     Options,
     Run,
+    Target,
     evaluation_command,
     fit_command,
     fit_identity,
     milestone_checkpoint,
+    milestone_tests_command,
     shown,
     targets_of,
 )
@@ -128,10 +130,19 @@ def _record_command(run: Run, options: Options, key: str, entry: dict[str, Any])
     return record
 
 
-def _execute(run: Run, command: list[str], key: str, launcher: Launcher, gpu: str | None, options: Options):
-    """Run one command of ``run``, record it; its exit status (None: not launched)."""
+def _execute(
+    run: Run,
+    command: list[str],
+    key: str,
+    launcher: Launcher,
+    gpu: str | None,
+    options: Options,
+    log: str | None = None,
+):
+    """Run one command of ``run``, record it as ``key``, its output in ``console/<log or key>.log``; its exit status
+    (None: not launched)."""
     started, clock = now(), time.monotonic()
-    log = run.folder / "console" / f"{key}.log"
+    log = run.folder / "console" / f"{log or key}.log"
     returncode = launcher.run(command, log, gpu)
     if returncode is None:
         return None
@@ -153,8 +164,31 @@ def _stopped(returncode: int | None, launcher: Launcher) -> bool:
     return returncode is None or returncode in STOPPED or (returncode != 0 and launcher.stopping)
 
 
+MILESTONE_LOG = "test-milestones"
+"""The console log of the processes that test a run's milestone checkpoints (``console/test-milestones.log``)."""
+
+
+def _test_milestones(
+    run: Run, targets: Sequence[Target], launcher: Launcher, gpu: str | None, options: Options
+) -> str | None:
+    """Test the milestone ``targets`` in one process (``milestone_tests_command``), recorded as
+    ``test-<name>+<name>...``; None when each has its results, else ``stopped`` or ``failed: ...`` naming those
+    without."""
+    names = [target.name for target in targets]
+    command = milestone_tests_command(run, targets, options)
+    returncode = _execute(run, command, "test-" + "+".join(names), launcher, gpu, options, log=MILESTONE_LOG)
+    if _stopped(returncode, launcher):
+        return "stopped"
+    missing = [target.name for target in targets if read_results(run, target) is None]
+    if returncode != 0 or missing:
+        log = shown(run.folder / "console" / f"{MILESTONE_LOG}.log")
+        return f"failed: test {', '.join(missing or names)} exited with {returncode}, see {log}"
+    return None
+
+
 def execute_run(run: Run, launcher: Launcher, gpu: str | None, options: Options) -> str:
-    """Continue ``run`` as far as it goes: fit (resumed), then each test without results, then ``done.json``.
+    """Continue ``run`` as far as it goes: fit (resumed), then the tests without results (the milestone
+    checkpoints' in one process, ``_test_milestones``; an ensemble's in its own), then ``done.json``.
 
     Returns:
         ``done``, ``stopped`` (by the time limit or a signal; run again), ``conflict: ...`` or ``failed: ...``.
@@ -169,14 +203,21 @@ def execute_run(run: Run, launcher: Launcher, gpu: str | None, options: Options)
             return "stopped"
         if returncode != 0:
             return f"failed: fit exited with {returncode}, see {shown(run.folder / 'console' / 'fit.log')}"
-    for target in targets_of(run.config):
-        if read_results(run, target) is not None:
-            continue
-        if target.milestone is not None and milestone_checkpoint(run, target) is None:
+    pending = [target for target in targets_of(run.config) if read_results(run, target) is None]
+    milestones = [target for target in pending if target.milestone is not None]
+    for target in milestones:
+        if milestone_checkpoint(run, target) is None:
             return (
                 f"failed: the fit finished without a checkpoint at {target.milestone} labeled query sets "
                 f"({target.name}.ckpt): the label budget or the training length ends before it"
             )
+    if milestones:
+        outcome = _test_milestones(run, milestones, launcher, gpu, options)
+        if outcome is not None:
+            return outcome
+    for target in pending:
+        if target.milestone is not None:
+            continue
         returncode = _execute(
             run, evaluation_command(run, target, options), f"test-{target.name}", launcher, gpu, options
         )
