@@ -44,7 +44,7 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 
-from benchmarks.labeling_time import ACQUISITIONS, labels_saved
+from benchmarks.labeling_time import ACQUISITIONS, build_acquisition, labels_saved, sampler_class
 from units_lightning.annotation import AnnotatedTasksDataModule, SimulatedAnnotator, ingest_answers, select_batch
 from units_lightning.annotation.commands import schedule_at
 from units_lightning.annotation.label_store import LabelStore
@@ -107,12 +107,11 @@ def parse_arms(specs: list[str]) -> dict[str, str]:
 
 def build_arm(class_path: str, like: TaskSampler, seed: int) -> TaskSampler:
     """The acquisition ``class_path`` with ``like``'s ``tasks`` and ``query_sets`` where its constructor takes them
-    (as ``select``'s default ``MarginSampler`` gets the config sampler's), and the seed where it takes one."""
-    module, _, name = class_path.rpartition(".")
-    cls = getattr(__import__(module, fromlist=[name]), name)
-    accepted = inspect.signature(cls).parameters
-    offered = {"tasks": like.tasks, "query_sets": like.query_sets, "seed": seed}
-    return cls(**{key: value for key, value in offered.items() if key in accepted})
+    (as ``select``'s default ``MarginSampler`` gets the config sampler's), and the seed where it takes one
+    (``labeling_time.build_acquisition``)."""
+    accepted = inspect.signature(sampler_class(class_path)).parameters
+    shape = {"tasks": like.tasks, "query_sets": like.query_sets}
+    return build_acquisition(class_path, {key: value for key, value in shape.items() if key in accepted}, seed)
 
 
 def test_data(settings: Settings) -> OmniglotDataModule:

@@ -24,15 +24,16 @@ candidates of one task.
 
 ``python benchmarks/labeling_time.py merge A.json B.json --out X.json`` joins runs of one setting whose seeds ran
 apart (one process per GPU). ``--ckpt`` takes one checkpoint per seed (the models of seeds 0, 1, 2), or one for every
-seed. Every round adapts to
-a larger support set, so on a GPU each round's shapes would capture CUDA graphs of their own and keep them: for
-20-way tasks pass ``--model.capture none`` (eager evaluation; 200 tasks of Omniglot 20-way otherwise filled an
-H200's 140 GB).
+seed. Every round adapts to a larger support set, so on a GPU each round's shapes would capture CUDA graphs of their
+own and keep them: for 20-way tasks pass ``--model.capture none`` (eager evaluation; 200 tasks of Omniglot 20-way
+otherwise filled an H200's 140 GB).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import inspect
 import json
 import sys
 import time
@@ -180,12 +181,18 @@ def draw_tasks(images: Any, n_way: int, k_shot: int, setting: Setting, seed: int
     return Tasks(*gathered("support"), *gathered("pool"), *gathered("held"))
 
 
-def build_acquisition(class_path: str, init_args: Mapping[str, Any], seed: int) -> Any:
-    """The sampler named by ``class_path``; a ``StochasticSampler`` gets the run's seed."""
+def sampler_class(class_path: str) -> type:
+    """The class a ``package.module.Class`` path names."""
     module, _, name = class_path.rpartition(".")
-    cls = getattr(__import__(module, fromlist=[name]), name)
+    return getattr(importlib.import_module(module), name)
+
+
+def build_acquisition(class_path: str, init_args: Mapping[str, Any], seed: int) -> Any:
+    """The sampler named by ``class_path`` with ``init_args``, and the run's seed where its constructor takes one
+    (``StochasticSampler``) and ``init_args`` do not set it."""
+    cls = sampler_class(class_path)
     args = dict(init_args)
-    if name == "StochasticSampler":
+    if "seed" in inspect.signature(cls).parameters:
         args.setdefault("seed", seed)
     return cls(**args)
 
@@ -335,12 +342,12 @@ def merge(paths: Sequence[Path], out: Path | None) -> dict[str, Any]:
     joined, the summary computed anew over every seed."""
     records = [json.loads(Path(p).read_text()) for p in paths]
     first = records[0]
+
+    def setting(record: Mapping[str, Any]) -> tuple:
+        return record["setting"], record["config"], record["labels"]
+
     for record in records[1:]:
-        if (record["setting"], record["config"], record["labels"]) != (
-            first["setting"],
-            first["config"],
-            first["labels"],
-        ):
+        if setting(record) != setting(first):
             raise ValueError(f"cannot merge runs of different settings: {paths[0]} and another")
     curves: dict[str, dict[int, list[float]]] = {}
     for record in records:
