@@ -11,7 +11,8 @@ with the same loss (``Units-NTS``); ``--reference MAML`` compares with cross-ent
     python benchmarks/training_time.py runs/paper/tables/paper_tables.json [more.json ...] --reference Units-NTS
 
 Several tables JSONs (one per call of ``paper_tables.py``) are read together: a config's methods are gathered from
-all of them, and a (config, method) found in several is taken from the last.
+all of them, and a (config, method) found in several is taken from the last that has a tested run (a table built
+with a wider ``--methods`` than its call ran holds empty cells, which never replace results).
 """
 
 from __future__ import annotations
@@ -94,7 +95,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     budget: dict[str, Any] = {}
     for path in args.tables:
         for config, table in json.loads(path.read_text()).get("budget", {}).items():
-            budget.setdefault(config, {}).update(table)
+            tested = {method: cells for method, cells in table.items() if any(c["values"] for c in cells.values())}
+            budget.setdefault(config, {}).update(tested)
     if not budget:
         parser.error(f"no label-budget table in {', '.join(map(str, args.tables))}")
     results = {}

@@ -56,3 +56,16 @@ def test_tables_of_separate_calls_are_merged_method_by_method(tmp_path):
     methods = training_time.main([str(first), str(second)])["budget_x"]["methods"]
     assert set(methods) == {"Units-NTS", "Margin", "Entropy"}
     assert methods["Margin"]["labels_saved"]["values"] == pytest.approx([0.4])
+
+
+def test_a_later_table_without_runs_of_a_method_keeps_the_earlier_results(tmp_path):
+    """A table built with a wider --methods than its call ran holds empty cells: they must not replace results."""
+    nts = _cells({0: [80.0, 85.0, 90.0, 92.0]})
+    empty = {label: {"seeds": [], "values": []} for label in nts}
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_text(json.dumps({"budget": {"budget_x": {"Units-NTS": nts}}}))
+    maml = _cells({0: [70.0, 80.0, 85.0, 88.0]})
+    second.write_text(json.dumps({"budget": {"budget_x": {"Units-NTS": empty, "MAML": maml}}}))
+    methods = training_time.main([str(first), str(second)])["budget_x"]["methods"]
+    assert set(methods) == {"Units-NTS", "MAML"}
+    assert methods["MAML"]["labels_saved"]["reached"] == "0/1"
