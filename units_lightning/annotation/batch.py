@@ -10,6 +10,7 @@ import csv
 import io
 import json
 from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +137,11 @@ class AnnotationBatch:
             for s in data["query_sets"]
         )
         return cls(**data)
+
+
+def utc_timestamp() -> str:
+    """Now, in UTC to the second (ISO 8601): the time every record of the annotation loop carries."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def batch_csv(batch: AnnotationBatch) -> str:

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
 from units_lightning.annotation.agreement import Verdict, verdict
 from units_lightning.annotation.answers import CANT_TELL, Answer
-from units_lightning.annotation.batch import AnnotationBatch, SelectedQuerySet
+from units_lightning.annotation.batch import AnnotationBatch, SelectedQuerySet, utc_timestamp
 from units_lightning.annotation.label_store import (
     IngestedBatch,
     LabeledQuerySet,
@@ -238,7 +237,7 @@ def take_in(
     opened, ledger = count_in_ledger(labeled, classes, dict(store.ledger), batch)
     part = IngestedBatch(
         batch.id,
-        datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        utc_timestamp(),
         source,
         tuple(LabeledQuerySet(s.task, tuple(p.image for p in s.images)) for s in labeled),
         tuple(removed),

@@ -20,13 +20,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from units_lightning.annotation.answers import IMAGE_KEY
 from units_lightning.annotation.atomic import write_text_atomically
-from units_lightning.annotation.batch import AnnotationBatch
+from units_lightning.annotation.batch import AnnotationBatch, utc_timestamp
 from units_lightning.annotation.label_studio import (
     HINT_VACUITY,
     IMAGE_NAME,
@@ -148,8 +147,7 @@ def open_project(
     try:
         if files_root is not None:
             client.connect_local_files(project, files_root, f"{title} images"[:_TITLE_LENGTH])
-        created = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        record = LabelStudioProject(client.url, project, title, created)
+        record = LabelStudioProject(client.url, project, title, utc_timestamp())
         _write_record(root, record)
     except (LabelStudioError, OSError) as error:
         try:

@@ -10,11 +10,10 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from units_lightning.annotation.batch import MANIFEST_NAME, AnnotationBatch, read_manifest, write_batch
+from units_lightning.annotation.batch import MANIFEST_NAME, AnnotationBatch, read_manifest, utc_timestamp, write_batch
 from units_lightning.annotation.command_common import TOKEN_VARIABLE, api_token, restore, shown
 from units_lightning.annotation.help import full_help_words, short_help
 from units_lightning.annotation.label_store import LabeledQuerySet, LabelStore, SelectedBatch, store_lock
@@ -231,10 +230,6 @@ def select_main(argv: Sequence[str] | None = None) -> None:
     print(_report(batch, folder, where), flush=True)
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
 def _cancel_and_check_pending(data: AnnotatedTasksDataModule, config: Any) -> None:
     """Cancel the batches of ``--cancel`` (the store saved), then refuse to select while batches are pending,
     unless ``--alongside``.
@@ -247,7 +242,7 @@ def _cancel_and_check_pending(data: AnnotatedTasksDataModule, config: Any) -> No
         with store_lock(data.labels):
             before = store = data.label_store()
             for batch_id in config.cancel:
-                store = store.with_cancelled(batch_id, _now())
+                store = store.with_cancelled(batch_id, utc_timestamp())
             store.save(data.labels)
         print(f"units-lightning select: cancelled {', '.join(config.cancel)}", flush=True)
         for batch_id in config.cancel:

@@ -18,13 +18,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from units_lightning.annotation.batch import AnnotationBatch, ImagePrediction, SelectedQuerySet
+from units_lightning.annotation.batch import AnnotationBatch, ImagePrediction, SelectedQuerySet, utc_timestamp
 from units_lightning.annotation.datamodule import AnnotatedTasksDataModule
 from units_lightning.annotation.images import load_pixels, to_float
 from units_lightning.annotation.label_store import LabelStore
@@ -297,7 +296,7 @@ def select_batch(
         id=batch_id,
         project=str(project.root),
         labels=str(data.labels.expanduser().resolve()),
-        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        created=utc_timestamp(),
         checkpoint=str(checkpoint),
         step=step,
         sampler=repr(sampler),
