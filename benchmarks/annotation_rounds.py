@@ -44,12 +44,13 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 
-from benchmarks.labeling_time import ACQUISITIONS, build_acquisition, labels_saved, sampler_class
+from benchmarks.labeling_time import ACQUISITIONS, build_acquisition, labels_saved
 from units_lightning.annotation import AnnotatedTasksDataModule, SimulatedAnnotator, ingest_answers, select_batch
 from units_lightning.annotation.commands import schedule_at
 from units_lightning.annotation.label_store import LabelStore
 from units_lightning.annotation.simulation import write_simulated_project
 from units_lightning.data import OmniglotDataModule
+from units_lightning.lazy import import_object
 from units_lightning.ledger import LabelLedger
 from units_lightning.module import UnitsMAML
 from units_lightning.samplers import MultiQuerySampler, RandomSampler, TaskSampler
@@ -109,7 +110,7 @@ def build_arm(class_path: str, like: TaskSampler, seed: int) -> TaskSampler:
     """The acquisition ``class_path`` with ``like``'s ``tasks`` and ``query_sets`` where its constructor takes them
     (as ``select``'s default ``MarginSampler`` gets the config sampler's), and the seed where it takes one
     (``labeling_time.build_acquisition``)."""
-    accepted = inspect.signature(sampler_class(class_path)).parameters
+    accepted = inspect.signature(import_object(class_path)).parameters
     shape = {"tasks": like.tasks, "query_sets": like.query_sets}
     return build_acquisition(class_path, {key: value for key, value in shape.items() if key in accepted}, seed)
 

@@ -32,7 +32,6 @@ otherwise filled an H200's 140 GB).
 from __future__ import annotations
 
 import argparse
-import importlib
 import inspect
 import json
 import sys
@@ -50,6 +49,7 @@ import torch
 
 from benchmarks.common import device_name, versions
 from benchmarks.tables.statistics import mean_ci95, paired_difference
+from units_lightning.lazy import import_object
 
 ACQUISITIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "random": ("units_lightning.samplers.RandomSampler", {}),
@@ -181,16 +181,10 @@ def draw_tasks(images: Any, n_way: int, k_shot: int, setting: Setting, seed: int
     return Tasks(*gathered("support"), *gathered("pool"), *gathered("held"))
 
 
-def sampler_class(class_path: str) -> type:
-    """The class a ``package.module.Class`` path names."""
-    module, _, name = class_path.rpartition(".")
-    return getattr(importlib.import_module(module), name)
-
-
 def build_acquisition(class_path: str, init_args: Mapping[str, Any], seed: int) -> Any:
     """The sampler named by ``class_path`` with ``init_args``, and the run's seed where its constructor takes one
     (``StochasticSampler``) and ``init_args`` do not set it."""
-    cls = sampler_class(class_path)
+    cls = import_object(class_path)
     args = dict(init_args)
     if "seed" in inspect.signature(cls).parameters:
         args.setdefault("seed", seed)

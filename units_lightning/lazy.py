@@ -8,7 +8,22 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["lazy_exports"]
+__all__ = ["import_object", "lazy_exports"]
+
+
+def import_object(path: str) -> Any:
+    """The object a ``package.module.Name`` path names, such as a config's ``class_path``.
+
+    Raises:
+        ImportError: the module cannot be imported. AttributeError: it has no such name. ValueError: ``path`` names
+        no module (no dot).
+
+    Example:
+        >>> import_object("units_lightning.ledger.LabelLedger").__name__
+        'LabelLedger'
+    """
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
 
 
 def lazy_exports(package: str, names: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:

@@ -8,7 +8,6 @@ of the union types it tried. ``--print_config`` prints the config as the command
 from __future__ import annotations
 
 import contextlib
-import importlib
 import inspect
 import re
 import sys
@@ -20,6 +19,7 @@ from lightning.pytorch.cli import LightningArgumentParser
 from units_lightning import errors
 from units_lightning.cli.config_sources import class_defaults
 from units_lightning.cli.preflight import LIGHTNING_COMMANDS
+from units_lightning.lazy import import_object
 
 __all__ = ["LIGHTNING_COMMANDS", "UnitsArgumentParser"]
 
@@ -34,10 +34,9 @@ def _class_arguments(class_path: str | None, path: str | None) -> list[str]:
     """``<path>.<argument>`` for each ``__init__`` argument of ``class_path`` (and of its bases, via kwargs)."""
     if not class_path or not path:
         return []
-    module, _, name = class_path.rpartition(".")
     arguments = set(class_defaults(class_path))
     with contextlib.suppress(ImportError, AttributeError, ValueError, TypeError):
-        signature = inspect.signature(getattr(importlib.import_module(module), name))
+        signature = inspect.signature(import_object(class_path))
         arguments |= {p for p in signature.parameters if p not in ("self", "args", "kwargs")}
     return [f"{path}.{argument}" for argument in sorted(arguments)]
 

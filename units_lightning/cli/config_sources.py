@@ -15,7 +15,6 @@ the whole of it) to the new class's defaults, and keeps those of a class given o
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
 from collections.abc import Iterator, Sequence
@@ -24,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from units_lightning.lazy import import_object
 
 __all__ = ["Inherited", "class_defaults", "command_sources", "inherited_arguments", "reset_inherited"]
 
@@ -77,9 +78,8 @@ class _Event:
 def class_defaults(class_path: str) -> dict[str, Any]:
     """The ``__init__`` defaults of ``class_path``, following ``**kwargs`` up the class's bases; {} when it cannot
     be imported."""
-    module, _, name = class_path.rpartition(".")
     try:
-        cls = getattr(importlib.import_module(module), name)
+        cls = import_object(class_path)
     except (ImportError, AttributeError, ValueError):
         return {}
     defaults: dict[str, Any] = {}

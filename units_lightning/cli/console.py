@@ -4,7 +4,6 @@ hidden), and the fit summary with the files written and the commands that come n
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import os
 import shlex
@@ -16,6 +15,7 @@ from jsonargparse import Namespace
 from lightning.pytorch.callbacks.progress import ProgressBar
 from lightning.pytorch.loggers import WandbLogger
 
+from units_lightning.lazy import import_object
 from units_lightning.runs import SUMMARY, config_file_name
 
 __all__ = [
@@ -72,8 +72,7 @@ def wants_progress(config: Namespace) -> bool:
     for callback in callbacks if isinstance(callbacks, list) else [callbacks]:
         class_path = callback.get("class_path") if isinstance(callback, Namespace) else None
         with contextlib.suppress(ImportError, AttributeError, ValueError):
-            module, _, name = str(class_path).rpartition(".")
-            if issubclass(getattr(importlib.import_module(module), name), ProgressBar):
+            if issubclass(import_object(str(class_path)), ProgressBar):
                 return False  # the config chose its own display
     return True
 
