@@ -22,6 +22,12 @@ candidates of one task.
     python benchmarks/labeling_time.py --config configs/budget_omniglot_5w1s.yaml --ckpt run/checkpoints/last.ckpt \
         --data.root <omniglot> --split test --seeds 0 1 2 --device cuda --out labeling_time.json
 
+Newly labeled images join the support set as whatever classes they turn out to be, so the support grows unbalanced,
+unlike every episode the model was meta-trained on; with the plain mean inner loss the first labels then cost
+accuracy in every arm. ``--model.loss.init_args.class_balanced=true`` (any override the config takes is passed on)
+adapts with every class weighing the same (``units_lightning.losses.class_balanced_mean``); docs/RESULTS.md compares
+both.
+
 ``python benchmarks/labeling_time.py merge A.json B.json --out X.json`` joins runs of one setting whose seeds ran
 apart (one process per GPU). ``--ckpt`` takes one checkpoint per seed (the models of seeds 0, 1, 2), or one for every
 seed. Every round adapts to a larger support set, so on a GPU each round's shapes would capture CUDA graphs of their

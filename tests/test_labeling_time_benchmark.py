@@ -91,6 +91,19 @@ def test_rounds_on_a_tiny_model(tmp_path):
     assert out.with_suffix(".png").stat().st_size > 0
 
 
+def test_a_loss_override_reaches_the_adaptation_of_every_round(tmp_path):
+    """``--model.loss.init_args.class_balanced=true`` is passed on to the model the rounds adapt with."""
+    from units_lightning.cli import cli_main
+
+    cli = cli_main(["--config", str(QUICKSTART), *TINY_QUICKSTART, "--trainer.logger", "false"], run=False)
+    ckpt = tmp_path / "tiny.ckpt"
+    torch.save({"state_dict": cli.model.state_dict(), "global_step": 0, "epoch": 0}, ckpt)
+    override = "--model.loss.init_args.class_balanced=true"
+    model, _, _ = lt.load_model(str(QUICKSTART), str(ckpt), [*TINY_QUICKSTART, override], torch.device("cpu"))
+    assert model.loss.class_balanced and model.inner_loss.loss is model.loss
+    assert not cli.model.loss.class_balanced  # the default: the paper's plain mean
+
+
 def test_draw_tasks_keeps_roles_disjoint_and_classes_balanced():
     data = SyntheticGlyphsDataModule(n_way=5, k_shot=1, train_classes=20, eval_classes=10, images_per_class=12,
                                      image_size=16)  # fmt: skip

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from units_lightning.belief import belief, incorrect_belief
-from units_lightning.losses import EXP_EVIDENCE_MAX_LOGIT, CrossEntropyLoss, EvidentialLoss
+from units_lightning.losses import EXP_EVIDENCE_MAX_LOGIT, CrossEntropyLoss, EvidentialLoss, class_balanced_mean
 
 
 def test_marginal_likelihood_matches_the_closed_form():
@@ -189,3 +189,44 @@ def test_eta_in_mean_units_equals_eta_times_classes_in_sum_units(n_way):
 def test_a_vacuity_weight_that_is_not_a_finite_non_negative_number_is_rejected(weight):
     with pytest.raises(ValueError, match="vacuity_weight must be a finite weight >= 0"):
         EvidentialLoss(vacuity_weight=weight)
+
+
+@pytest.mark.parametrize(
+    "loss",
+    [EvidentialLoss(vacuity_weight=0.5), EvidentialLoss(ib_reduction="mean", activation="exp"), CrossEntropyLoss()],
+    ids=["evidential", "evidential-mean-exp", "cross-entropy"],
+)
+def test_class_balanced_equals_the_plain_mean_on_episodes_with_as_many_samples_of_every_class(loss):
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 10, 5, dtype=torch.float64, generator=generator, requires_grad=True)
+    labels = torch.arange(5).repeat(2).expand(3, 10)  # two of each class in every task
+    plain = loss(logits, labels, 2.0)
+    (plain_grad,) = torch.autograd.grad(plain, logits)
+    loss.class_balanced = True
+    balanced = loss(logits, labels, 2.0)
+    (balanced_grad,) = torch.autograd.grad(balanced, logits)
+    assert torch.allclose(plain, balanced, rtol=0, atol=1e-12)
+    assert torch.allclose(plain_grad, balanced_grad, rtol=0, atol=1e-12)
+
+
+def test_class_balanced_mean_gives_every_class_present_the_same_weight_per_task():
+    values = torch.tensor([[1.0, 1.0, 1.0, 4.0], [2.0, 6.0, 6.0, 6.0]])
+    labels = torch.tensor([[0, 0, 0, 2], [1, 0, 0, 0]])  # classes 0 and 2, then 1 and 0; class 1 / 2 absent
+    # task 1: (1 + 4) / 2; task 2: (2 + 6) / 2; then the mean over tasks
+    assert float(class_balanced_mean(values, labels, 3)) == pytest.approx((2.5 + 4.0) / 2)
+    assert float(class_balanced_mean(values[0], labels[0], 3)) == pytest.approx(2.5)  # one task, no task dimension
+
+
+@pytest.mark.parametrize("loss", [EvidentialLoss(class_balanced=True), CrossEntropyLoss(class_balanced=True)])
+def test_a_class_balanced_loss_is_the_mean_of_its_per_class_losses_and_vectorises_over_tasks(loss):
+    """An unbalanced support (a class with 3 labeled images, one with 1): each class's mean loss weighs half."""
+    generator = torch.Generator().manual_seed(1)
+    logits = torch.randn(2, 4, 3, generator=generator)
+    labels = torch.tensor([[0, 0, 0, 1], [2, 1, 2, 2]])
+    plain = type(loss)()
+    for t in range(2):
+        by_class = [plain(logits[t, labels[t] == c], labels[t, labels[t] == c]) for c in labels[t].unique()]
+        assert float(loss(logits[t], labels[t])) == pytest.approx(float(torch.stack(by_class).mean()), abs=1e-6)
+    per_task = torch.func.vmap(lambda x, y: loss(x, y))(logits, labels)  # the batched engine's inner loop
+    assert torch.allclose(per_task, torch.stack([loss(logits[t], labels[t]) for t in range(2)]))
+    assert float(loss(logits, labels)) == pytest.approx(float(per_task.mean()), abs=1e-6)

@@ -26,6 +26,7 @@ __all__ = [
     "IncorrectBeliefReduction",
     "MetaLoss",
     "ScheduledInnerLoss",
+    "class_balanced_mean",
     "vacuity_regulariser",
 ]
 
@@ -59,6 +60,36 @@ EXP_EVIDENCE_MAX_LOGIT = 60.0
 and no trained logit reaches it, so values stay finite without cutting gradients in practice. There is no lower
 clamp: the authors' code clamps at -10 too, which gives logits below it zero gradient, a zero-evidence region
 of its own."""
+
+
+def class_balanced_mean(values: Tensor, labels: Tensor, num_classes: int) -> Tensor:
+    """The mean of per-sample ``values`` in which every class present in a task weighs the same, however many of
+    the task's samples it has.
+
+    The last dimension holds one task's samples, leading dimensions are tasks; a sample of a class with ``c``
+    samples, in a task with ``p`` classes present, weighs ``1 / (p c)``, and the tasks' results are averaged. With
+    the same number of samples of every class (any meta-training episode) the weights are ``1 / S``: the plain
+    mean. With supports grown by labeled images of whatever classes they turned out to be (labeling time, the
+    annotation loop), it keeps a class with many new labels from outweighing the others in the inner loop.
+
+    Args:
+        values: (..., S) one value per sample; labels: (..., S) class indices in ``[0, num_classes)``.
+
+    Example:
+        >>> values, labels = torch.tensor([1.0, 1.0, 1.0, 4.0]), torch.tensor([0, 0, 0, 1])
+        >>> float(class_balanced_mean(values, labels, 2)), float(values.mean())  # (1 + 4) / 2, 7 / 4
+        (2.5, 1.75)
+    """
+    classes = torch.arange(num_classes, device=labels.device)
+    one_hot = (labels.unsqueeze(-1) == classes).to(values.dtype)  # (..., S, N): comparisons vectorise under vmap
+    counts = one_hot.sum(-2, keepdim=True)  # (..., 1, N)
+    present = (counts > 0).to(values.dtype).sum(-1)  # (..., 1)
+    weights = 1.0 / ((one_hot * counts).sum(-1) * present)  # (..., S)
+    return (values * weights).sum(-1).mean()
+
+
+def _mean(values: Tensor, labels: Tensor, num_classes: int, class_balanced: bool) -> Tensor:
+    return class_balanced_mean(values, labels, num_classes) if class_balanced else values.mean()
 
 
 def vacuity_regulariser(logits: Tensor, labels: Tensor, evidence: Tensor) -> Tensor:
@@ -106,6 +137,10 @@ class EvidentialLoss(MetaLoss):
       Samples: Theory and Practice", ICML 2023): gives gradient to samples whose evidence is zero. It is off by
       default (``vacuity_weight=0``), so the defaults are the paper's loss.
 
+    Each term is a mean over a task's samples; ``class_balanced=True`` makes it ``class_balanced_mean`` (every class
+    of the task weighs the same), which equals the plain mean on episodes with as many samples of every class and
+    matters where labeled sets are unbalanced (labeling time, the annotation loop).
+
     Without the vacuity term, a strong incorrect-belief penalty can drive every logit negative: under ReLU
     evidence those samples get exactly zero gradient (vacuity 1, accuracy at chance, and no way back: the
     "zero-evidence learning freeze"), under softplus a vanishing one. ``CollapseMonitor`` reports that state
@@ -122,6 +157,8 @@ class EvidentialLoss(MetaLoss):
             (``exp`` of the logits clamped at ``EXP_EVIDENCE_MAX_LOGIT``).
         vacuity_weight: weight of ``R_vac``, >= 0 (0: off, the paper's loss). It applies in the inner loop and
             the outer loop alike, as the loss object does.
+        class_balanced: average each term with every class of a task weighing the same (``class_balanced_mean``)
+            instead of every sample; off: the paper's mean.
 
     Example:
         >>> loss = EvidentialLoss()
@@ -139,6 +176,7 @@ class EvidentialLoss(MetaLoss):
         ib_reduction: IncorrectBeliefReduction = "sum",
         activation: EvidenceActivation = "softplus",
         vacuity_weight: float = 0.0,
+        class_balanced: bool = False,
     ):
         if ib_reduction not in ("sum", "mean"):
             raise ValueError(f"ib_reduction must be 'sum' or 'mean', got {ib_reduction!r}")
@@ -149,6 +187,7 @@ class EvidentialLoss(MetaLoss):
         self.ib_reduction = ib_reduction
         self.activation = activation
         self.vacuity_weight = vacuity_weight
+        self.class_balanced = class_balanced
 
     def evidence(self, logits: Tensor) -> Tensor:
         if self.activation == "softplus":
@@ -162,19 +201,23 @@ class EvidentialLoss(MetaLoss):
         labels = labels.long()
         strength = evidence.sum(dim=-1) + evidence.shape[-1]
         nll = torch.log(strength) - torch.log1p(evidence.gather(-1, labels.unsqueeze(-1)).squeeze(-1))
-        loss = nll.mean()
+        classes = evidence.shape[-1]
+        loss = _mean(nll, labels, classes, self.class_balanced)
         if isinstance(eta, Tensor) or eta != 0:  # a tensor eta keeps compiled graphs free of its value
             regulariser = incorrect_belief(belief(evidence), labels)
             if self.ib_reduction == "mean":
                 regulariser = regulariser / evidence.shape[-1]
-            loss = loss + eta * regulariser.mean()
+            loss = loss + eta * _mean(regulariser, labels, classes, self.class_balanced)
         if self.vacuity_weight != 0:  # off: not computed, so the default loss is the paper's, op for op
-            loss = loss + self.vacuity_weight * vacuity_regulariser(logits, labels, evidence).mean()
+            regulariser = vacuity_regulariser(logits, labels, evidence)
+            loss = loss + self.vacuity_weight * _mean(regulariser, labels, classes, self.class_balanced)
         return loss
 
 
 class CrossEntropyLoss(MetaLoss):
     """Softmax cross-entropy: with the random sampler this is plain MAML.
+
+    ``class_balanced=True``: every class of a task weighs the same in the mean (``class_balanced_mean``).
 
     Beliefs for logging come from ``exp(logits)`` as evidence (clamped at ``EXP_EVIDENCE_MAX_LOGIT``), the
     Dirichlet whose expected probability is the softmax up to the +1 prior.
@@ -182,11 +225,18 @@ class CrossEntropyLoss(MetaLoss):
 
     uses_eta = False
 
+    def __init__(self, class_balanced: bool = False):
+        self.class_balanced = class_balanced
+
     def evidence(self, logits: Tensor) -> Tensor:
         return torch.exp(logits.clamp(max=EXP_EVIDENCE_MAX_LOGIT))
 
     def __call__(self, logits: Tensor, labels: Tensor, eta: float | Tensor = 0.0) -> Tensor:
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1).long())
+        labels = labels.long()
+        if not self.class_balanced:
+            return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+        per_sample = -torch.log_softmax(logits, dim=-1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+        return class_balanced_mean(per_sample, labels, logits.shape[-1])
 
 
 class ScheduledInnerLoss(nn.Module):
