@@ -13,6 +13,10 @@ with the same loss (``Units-NTS``); ``--reference MAML`` compares with cross-ent
 Several tables JSONs (one per call of ``paper_tables.py``) are read together: a config's methods are gathered from
 all of them, and a (config, method) found in several is taken from the last that has a tested run (a table built
 with a wider ``--methods`` than its call ran holds empty cells, which never replace results).
+
+Beside the test figures, each method's best validation accuracy (the best of each run's validations, mean over its
+seeds, from the tables' ``runs``): what a recommended config is chosen by. The method with the highest is named as the
+validation choice; test accuracy never enters that choice.
 """
 
 from __future__ import annotations
@@ -44,9 +48,24 @@ def seed_curves(cells: Mapping[str, Mapping[str, Any]]) -> tuple[list[float], di
     return [float(x) for x in labels], complete
 
 
-def compare(table: Mapping[str, Mapping[str, Any]], reference: str) -> dict[str, Any]:
+def best_validation(runs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[int, float]]:
+    """{(config, method): {seed: best validation accuracy (%)}} of the tables' runs (a later run of the same config,
+    method and seed replaces an earlier one)."""
+    found: dict[tuple[str, str], dict[int, float]] = {}
+    for run in runs:
+        best = run.get("best_val") or {}
+        if best.get("value") is not None:
+            found.setdefault((run["config"], run["method"]), {})[int(run["seed"])] = 100.0 * float(best["value"])
+    return found
+
+
+def compare(
+    table: Mapping[str, Mapping[str, Any]], reference: str, validation: Mapping[str, Mapping[int, float]] | None = None
+) -> dict[str, Any]:
     """Per method of one config's budget table: labels saved against ``reference`` and the paired area difference,
-    mean and 95% interval over the seeds both finished."""
+    mean and 95% interval over the seeds both finished; with ``validation`` ({method: {seed: best val acc}}), each
+    method's mean best validation accuracy and the method with the highest (``validation_choice``)."""
+    validation = validation or {}
     labels, ref = seed_curves(table[reference])
     rows = {}
     for method, cells in table.items():
@@ -62,8 +81,11 @@ def compare(table: Mapping[str, Mapping[str, Any]], reference: str) -> dict[str,
             "labels_saved": {**mean_ci95(reached), "reached": f"{len(reached)}/{len(saved)}", "values": saved},
             "area_minus_reference": {**mean_ci95(areas), "values": areas},
             "final": mean_ci95([curves[s][-1] for s in seeds]),
+            "best_val": mean_ci95(list(validation.get(method, {}).values())),
         }
-    return {"labels": labels, "reference": reference, "methods": rows}
+    chosen = [m for m in rows if rows[m]["best_val"]["mean"] is not None]
+    choice = max(chosen, key=lambda m: rows[m]["best_val"]["mean"]) if chosen else None
+    return {"labels": labels, "reference": reference, "methods": rows, "validation_choice": choice}
 
 
 def markdown(config: str, result: Mapping[str, Any]) -> str:
@@ -71,17 +93,27 @@ def markdown(config: str, result: Mapping[str, Any]) -> str:
         f"{config}: labels saved against {result['reference']} (to reach its final accuracy at "
         f"{int(result['labels'][-1]):,} labeled query sets), paired by seed",
         "",
-        f"| method | labels saved (%) | reached | area - {result['reference']} (points) | final test acc (%) |",
-        "|---|---|---|---|---|",
+        f"| method | labels saved (%) | reached | area - {result['reference']} (points) | final test acc (%) "
+        "| best val acc (%) |",
+        "|---|---|---|---|---|---|",
     ]
     for method, row in result["methods"].items():
         saved = row["labels_saved"]
         lines.append(
             f"| {method} | {format_cell(saved, 100.0, signed=True)} | {saved['reached']} "
             f"| {format_cell(row['area_minus_reference'], digits=2, signed=True)} "
-            f"| {format_cell(row['final'], digits=2)} |"
+            f"| {format_cell(row['final'], digits=2)} | {_validation_cell(row['best_val'])} |"
         )
+    if result.get("validation_choice"):
+        choice = result["validation_choice"]
+        lines += ["", f"validation choice: {choice} ({result['methods'][choice]['best_val']['mean']:.2f}%)"]
     return "\n".join(lines)
+
+
+def _validation_cell(summary: Mapping[str, Any]) -> str:
+    if summary["mean"] is None:
+        return ""
+    return f"{summary['mean']:.2f} ({summary['n']} seed{'s' if summary['n'] != 1 else ''})"
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -93,8 +125,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", type=Path, default=None, help="the comparison as JSON")
     args = parser.parse_args(argv)
     budget: dict[str, Any] = {}
+    runs: list[Mapping[str, Any]] = []
     for path in args.tables:
-        for config, table in json.loads(path.read_text()).get("budget", {}).items():
+        tables = json.loads(path.read_text())
+        runs += tables.get("runs", [])
+        for config, table in tables.get("budget", {}).items():
             tested = {method: cells for method, cells in table.items() if any(c["values"] for c in cells.values())}
             budget.setdefault(config, {}).update(tested)
     if not budget:
@@ -104,7 +139,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         if args.reference not in table:
             print(f"{config}: no {args.reference} runs; skipped", file=sys.stderr)
             continue
-        results[config] = compare(table, args.reference)
+        validation = {method: seeds for (name, method), seeds in best_validation(runs).items() if name == config}
+        results[config] = compare(table, args.reference, validation)
         print(markdown(config, results[config]), end="\n\n")
     if args.out is not None:
         args.out.write_text(json.dumps(results, indent=1))

@@ -69,3 +69,24 @@ def test_a_later_table_without_runs_of_a_method_keeps_the_earlier_results(tmp_pa
     methods = training_time.main([str(first), str(second)])["budget_x"]["methods"]
     assert set(methods) == {"Units-NTS", "MAML"}
     assert methods["MAML"]["labels_saved"]["reached"] == "0/1"
+
+
+def test_the_validation_choice_is_the_best_mean_validation_accuracy_and_never_reads_test_figures(tmp_path, capsys):
+    """Margin is better on test, Units-ML on validation: the choice follows validation."""
+    nts = _cells({0: [80.0, 85.0, 90.0, 92.0], 1: [70.0, 80.0, 88.0, 90.0]})
+    margin = _cells({0: [85.0, 90.0, 94.0, 95.0], 1: [80.0, 90.0, 91.0, 92.0]})
+
+    def run(method, seed, value):
+        return {"config": "budget_x", "method": method, "seed": seed, "best_val": {"value": value, "step": 9}}
+
+    runs = [run("Units-NTS", 0, 0.70), run("Margin", 0, 0.74), run("Margin", 1, 0.70), run("Units-ML", 0, 0.75)]
+    runs += [run("Units-ML", 1, 0.76), run("Margin", 1, 0.71)]  # a later run of (Margin, seed 1) replaces the first
+    path = tmp_path / "paper_tables.json"
+    table = {"Units-NTS": nts, "Margin": margin, "Units-ML": nts}
+    path.write_text(json.dumps({"budget": {"budget_x": table}, "runs": runs}))
+    result = training_time.main([str(path)])["budget_x"]
+    assert result["methods"]["Margin"]["best_val"]["mean"] == pytest.approx(72.5)
+    assert result["methods"]["Units-ML"]["best_val"]["n"] == 2
+    assert result["validation_choice"] == "Units-ML"
+    out = capsys.readouterr().out
+    assert "| 72.50 (2 seeds) |" in out and "validation choice: Units-ML (75.50%)" in out
