@@ -69,8 +69,9 @@ def class_balanced_mean(values: Tensor, labels: Tensor, num_classes: int) -> Ten
     The last dimension holds one task's samples, leading dimensions are tasks; a sample of a class with ``c``
     samples, in a task with ``p`` classes present, weighs ``1 / (p c)``, and the tasks' results are averaged. With
     the same number of samples of every class (any meta-training episode) the weights are ``1 / S``: the plain
-    mean. With supports grown by labeled images of whatever classes they turned out to be (labeling time, the
-    annotation loop), it keeps a class with many new labels from outweighing the others in the inner loop.
+    mean. With a support grown by labeled images of whatever classes they turned out to be (the rounds of
+    ``benchmarks/labeling_time.py``) it keeps a class with many new labels from outweighing the others in the inner
+    loop; the same holds for query sets that people labeled, in the outer loop.
 
     Args:
         values: (..., S) one value per sample; labels: (..., S) class indices in ``[0, num_classes)``.
@@ -139,7 +140,7 @@ class EvidentialLoss(MetaLoss):
 
     Each term is a mean over a task's samples; ``class_balanced=True`` makes it ``class_balanced_mean`` (every class
     of the task weighs the same), which equals the plain mean on episodes with as many samples of every class and
-    matters where labeled sets are unbalanced (labeling time, the annotation loop).
+    matters where labeled sets are unbalanced (supports grown by labeling, query sets people labeled).
 
     Without the vacuity term, a strong incorrect-belief penalty can drive every logit negative: under ReLU
     evidence those samples get exactly zero gradient (vacuity 1, accuracy at chance, and no way back: the
