@@ -337,18 +337,38 @@ def load_model(config: str, ckpt: str, overrides: Sequence[str], device: torch.d
     return model.to(device).eval(), data, lam
 
 
+def loss_overrides(overrides: Sequence[str]) -> list[str]:
+    """The ``--model.loss...`` options among a run's config overrides, each as ``option=value``: what changes how the
+    model adapts (``class_balanced``), unlike where the data lies or how it is computed.
+
+    Example:
+        >>> loss_overrides(["--data.root", "/x", "--model.loss.init_args.class_balanced", "true", "--model.capture=a"])
+        ['--model.loss.init_args.class_balanced=true']
+    """
+    found, words = [], list(overrides)
+    for i, word in enumerate(words):
+        if word.startswith("--model.loss"):
+            has_value = "=" in word or i + 1 == len(words) or words[i + 1].startswith("--")
+            found.append(word if has_value else f"{word}={words[i + 1]}")
+    return sorted(found)
+
+
 def merge(paths: Sequence[Path], out: Path | None) -> dict[str, Any]:
     """One record of several runs of the same setting (seeds run apart, e.g. one process per GPU): their curves
-    joined, the summary computed anew over every seed."""
+    joined, the summary computed anew over every seed. Runs whose settings, configs, label counts or loss overrides
+    differ (plain against class-balanced adaptation) are refused."""
     records = [json.loads(Path(p).read_text()) for p in paths]
     first = records[0]
 
     def setting(record: Mapping[str, Any]) -> tuple:
-        return record["setting"], record["config"], record["labels"]
+        return record["setting"], record["config"], record["labels"], loss_overrides(record.get("overrides", []))
 
-    for record in records[1:]:
+    for path, record in zip(paths[1:], records[1:], strict=True):
         if setting(record) != setting(first):
-            raise ValueError(f"cannot merge runs of different settings: {paths[0]} and another")
+            raise ValueError(
+                f"cannot merge runs of different settings: {paths[0]} and {path} differ in the setting, the config, "
+                "the label counts or the loss overrides (e.g. --model.loss.init_args.class_balanced)"
+            )
     curves: dict[str, dict[int, list[float]]] = {}
     for record in records:
         for name, by_seed in record["curves"].items():

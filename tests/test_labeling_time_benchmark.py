@@ -104,6 +104,29 @@ def test_a_loss_override_reaches_the_adaptation_of_every_round(tmp_path):
     assert not cli.model.loss.class_balanced  # the default: the paper's plain mean
 
 
+def test_merge_joins_seeds_run_apart_and_refuses_plain_with_class_balanced_adaptation(tmp_path):
+    def record(seed, overrides):
+        curves = {"random": {str(seed): [50.0, 60.0, 70.0]}, "margin": {str(seed): [50.0, 70.0, 72.0]}}
+        return {
+            "setting": {"split": "val", "tasks": 2}, "config": "c.yaml", "labels": [0.0, 5.0, 10.0], "curves": curves,
+            "checkpoints": [f"s{seed}.ckpt"], "seeds": [seed], "seconds": 1.0, "overrides": overrides,
+        }  # fmt: skip
+
+    balanced = ["--data.root", "/a", "--model.loss.init_args.class_balanced", "true"]
+    paths = []
+    for name, content in {
+        "s0": record(0, balanced),
+        "s1": record(1, ["--data.root=/b", "--model.loss.init_args.class_balanced=true"]),  # another machine's root
+        "plain": record(2, ["--data.root", "/a"]),
+    }.items():
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(content))
+    merged = lt.merge(paths[:2], None)
+    assert merged["seeds"] == [0, 1] and merged["summary"]["margin"]["labels_saved"]["reached"] == "2/2"
+    with pytest.raises(ValueError, match="loss overrides"):
+        lt.merge([paths[0], paths[2]], None)
+
+
 def test_draw_tasks_keeps_roles_disjoint_and_classes_balanced():
     data = SyntheticGlyphsDataModule(n_way=5, k_shot=1, train_classes=20, eval_classes=10, images_per_class=12,
                                      image_size=16)  # fmt: skip
