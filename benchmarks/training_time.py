@@ -135,11 +135,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if not budget:
         parser.error(f"no label-budget table in {', '.join(map(str, args.tables))}")
     results = {}
+    validation_runs = best_validation(runs)
     for config, table in budget.items():
         if args.reference not in table:
             print(f"{config}: no {args.reference} runs; skipped", file=sys.stderr)
             continue
-        validation = {method: seeds for (name, method), seeds in best_validation(runs).items() if name == config}
+        validation = {method: seeds for (name, method), seeds in validation_runs.items() if name == config}
         results[config] = compare(table, args.reference, validation)
         print(markdown(config, results[config]), end="\n\n")
     if args.out is not None:
