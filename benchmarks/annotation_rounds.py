@@ -27,7 +27,6 @@ sampler's ``tasks`` and ``query_sets`` where its constructor takes them (as ``se
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import platform
 import sys
@@ -50,7 +49,6 @@ from units_lightning.annotation.commands import schedule_at
 from units_lightning.annotation.label_store import LabelStore
 from units_lightning.annotation.simulation import write_simulated_project
 from units_lightning.data import OmniglotDataModule
-from units_lightning.lazy import import_object
 from units_lightning.ledger import LabelLedger
 from units_lightning.module import UnitsMAML
 from units_lightning.samplers import MultiQuerySampler, RandomSampler, TaskSampler
@@ -110,9 +108,7 @@ def build_arm(class_path: str, like: TaskSampler, seed: int) -> TaskSampler:
     """The acquisition ``class_path`` with ``like``'s ``tasks`` and ``query_sets`` where its constructor takes them
     (as ``select``'s default ``MarginSampler`` gets the config sampler's), and the seed where it takes one
     (``labeling_time.build_acquisition``)."""
-    accepted = inspect.signature(import_object(class_path)).parameters
-    shape = {"tasks": like.tasks, "query_sets": like.query_sets}
-    return build_acquisition(class_path, {key: value for key, value in shape.items() if key in accepted}, seed)
+    return build_acquisition(class_path, {}, seed, offered={"tasks": like.tasks, "query_sets": like.query_sets})
 
 
 def test_data(settings: Settings) -> OmniglotDataModule:

@@ -187,14 +187,16 @@ def draw_tasks(images: Any, n_way: int, k_shot: int, setting: Setting, seed: int
     return Tasks(*gathered("support"), *gathered("pool"), *gathered("held"))
 
 
-def build_acquisition(class_path: str, init_args: Mapping[str, Any], seed: int) -> Any:
-    """The sampler named by ``class_path`` with ``init_args``, and the run's seed where its constructor takes one
-    (``StochasticSampler``) and ``init_args`` do not set it."""
+def build_acquisition(
+    class_path: str, init_args: Mapping[str, Any], seed: int, offered: Mapping[str, Any] | None = None
+) -> Any:
+    """The sampler named by ``class_path`` with ``init_args``; the run's seed (``StochasticSampler``) and each of
+    ``offered`` (e.g. a training sampler's ``tasks`` and ``query_sets``) where its constructor takes them and
+    ``init_args`` do not set them."""
     cls = import_object(class_path)
-    args = dict(init_args)
-    if "seed" in inspect.signature(cls).parameters:
-        args.setdefault("seed", seed)
-    return cls(**args)
+    accepted = inspect.signature(cls).parameters
+    args = {key: value for key, value in {"seed": seed, **(offered or {})}.items() if key in accepted}
+    return cls(**{**args, **init_args})
 
 
 def choose(sampler: Any, evidence: torch.Tensor, lam: float, count: int, step: int) -> torch.Tensor:
