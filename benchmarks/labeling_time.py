@@ -355,6 +355,20 @@ def loss_overrides(overrides: Sequence[str]) -> list[str]:
     return sorted(found)
 
 
+def plot_title(record: Mapping[str, Any]) -> str:
+    """A results record's plot title: config, split, tasks, seeds and the loss overrides the model adapted with.
+
+    Example:
+        >>> plot_title({"config": "configs/budget_omniglot_5w1s.yaml", "setting": {"split": "val", "tasks": 200},
+        ...             "seeds": [0, 1, 2], "overrides": ["--model.loss.init_args.class_balanced", "true"]})
+        'budget_omniglot_5w1s, val classes, 200 tasks x 3 seeds, class_balanced=true'
+    """
+    setting, seeds = record["setting"], len(record["seeds"])
+    title = f"{Path(record['config']).stem}, {setting['split']} classes, {setting['tasks']} tasks x {seeds} seeds"
+    adapted = [o.rsplit(".", 1)[-1] for o in loss_overrides(record.get("overrides", []))]
+    return ", ".join([title, *adapted])
+
+
 def merge(paths: Sequence[Path], out: Path | None) -> dict[str, Any]:
     """One record of several runs of the same setting (seeds run apart, e.g. one process per GPU): their curves
     joined, the summary computed anew over every seed. Runs whose settings, configs, label counts or loss overrides
@@ -387,10 +401,7 @@ def merge(paths: Sequence[Path], out: Path | None) -> dict[str, Any]:
     print(markdown_table(merged["summary"]))
     if out is not None:
         out.write_text(json.dumps(merged, indent=1))
-        setting = merged["setting"]
-        seeds = len(merged["seeds"])
-        title = f"{Path(merged['config']).stem}, {setting['split']} classes, {setting['tasks']} tasks x {seeds} seeds"
-        plot(merged["summary"], merged["labels"], out.with_suffix(".png"), title)
+        plot(merged["summary"], merged["labels"], out.with_suffix(".png"), plot_title(merged))
     return merged
 
 
@@ -466,8 +477,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(record, indent=1))
-        title = f"{Path(args.config).stem}, {args.split} classes, {args.tasks} tasks x {len(args.seeds)} seeds"
-        plot(summary, labels, args.out.with_suffix(".png"), title)
+        plot(summary, labels, args.out.with_suffix(".png"), plot_title(record))
     return record
 
 
