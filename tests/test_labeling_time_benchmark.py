@@ -1,5 +1,6 @@
 """benchmarks/labeling_time.py: labels saved at equal accuracy, and labeling-time selection rounds on a tiny model."""
 
+import doctest
 import json
 import math
 
@@ -10,6 +11,10 @@ from tiny_setup import QUICKSTART, TINY_QUICKSTART
 from benchmarks import labeling_time as lt
 from units_lightning.data import SyntheticGlyphsDataModule
 from units_lightning.samplers import MarginSampler, MultiQuerySampler, RandomSampler, StochasticSampler
+
+
+def test_docstring_examples():
+    assert doctest.testmod(lt).failed == 0
 
 
 def test_labels_to_reach_interpolates_between_rounds():
@@ -121,8 +126,10 @@ def test_merge_joins_seeds_run_apart_and_refuses_plain_with_class_balanced_adapt
     }.items():
         paths.append(tmp_path / f"{name}.json")
         paths[-1].write_text(json.dumps(content))
-    merged = lt.merge(paths[:2], None)
+    merged = lt.merge(paths[:2], tmp_path / "merged.json")
     assert merged["seeds"] == [0, 1] and merged["summary"]["margin"]["labels_saved"]["reached"] == "2/2"
+    assert lt.plot_title(merged) == "c, val classes, 2 tasks x 2 seeds, class_balanced=true"
+    assert (tmp_path / "merged.png").stat().st_size > 0
     with pytest.raises(ValueError, match="loss overrides"):
         lt.merge([paths[0], paths[2]], None)
 
