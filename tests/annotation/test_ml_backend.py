@@ -16,13 +16,14 @@ import pytest
 import torch
 from tiny_setup import tiny_data, tiny_model, tiny_trainer
 
-from units_lightning.annotation import AnnotatedTasksDataModule, LabelStore
+from units_lightning.annotation import AnnotatedTasksDataModule, LabelStore, SimulatedAnnotator, ingest
 from units_lightning.annotation.batch import write_batch
 from units_lightning.annotation.commands import finished_epochs, retrain_once, train_command
 from units_lightning.annotation.label_store import LabeledQuerySet, SelectedBatch
 from units_lightning.annotation.label_studio import LabelStudio, image_urls, label_studio_tasks
 from units_lightning.annotation.label_studio_project import send_batch
 from units_lightning.annotation.ml_backend import Debouncer, Predictor, make_server
+from units_lightning.annotation.selection import adapted_evidence
 from units_lightning.evaluation.checkpoints import load_checkpoint
 from units_lightning.samplers import MultiQuerySampler
 
@@ -81,6 +82,20 @@ def test_health_setup_and_predictions_with_the_models_uncertainty(backend, proje
     unknown = {"data": {**tasks[0]["data"], "batch": "batch-404"}}
     status, refused = call(backend.url, "/predict", {"tasks": [unknown]})
     assert status == 400 and "batch 'batch-404' query set 0 is not in the label store" in refused["error"]
+
+
+def test_predictions_adapt_on_the_tasks_labels_where_told(project, make_batch, glyph_project):
+    root, task = glyph_project[0], project.tasks[0]
+    labeled = make_batch(project, [(task.name, list(task.unlabeled[:5]))], "batch-001")
+    ingest(labeled, SimulatedAnnotator(glyph_project[1]).answer(labeled), "key")
+    store = LabelStore.load(root / "labels.json")
+    torch.manual_seed(0)
+    model = tiny_model()
+    images = list(task.unlabeled[5:10])
+    plain = Predictor(model, project, lambda: store, (1, 16, 16)).evidence(task.name, images)
+    adapted = Predictor(model, project, lambda: store, (1, 16, 16), adapt_on_labels=True).evidence(task.name, images)
+    torch.testing.assert_close(adapted, adapted_evidence(model, project, task, [tuple(images)], (1, 16, 16), store)[0])
+    assert not torch.allclose(plain, adapted)
 
 
 def test_annotation_webhooks_are_debounced_into_one_retraining(backend):

@@ -12,7 +12,7 @@ from tiny_setup import tiny_model
 from units_lightning.annotation import AnnotatedTasksDataModule, LabelStore, SimulatedAnnotator, ingest, select_batch
 from units_lightning.annotation.batch import CSV_COLUMNS, read_manifest, write_batch
 from units_lightning.annotation.images import load_pixels, to_float
-from units_lightning.annotation.selection import choose_query_sets, score_candidates
+from units_lightning.annotation.selection import adapted_evidence, choose_query_sets, score_candidates, task_support
 from units_lightning.belief import task_beliefs, task_uncertainty
 from units_lightning.ledger import LabelLedger
 from units_lightning.samplers import MultiQuerySampler, RandomSampler, TaskSampler
@@ -110,3 +110,61 @@ def test_nothing_left_and_a_spent_budget_are_named(data, glyph_project, make_bat
     ingest(batch, SimulatedAnnotator(glyph_project[1]).answer(batch), "key")
     with pytest.raises(ValueError, match="the project's label budget of 1 query sets is spent"):
         select_batch(model, data, 2, label_budget=1)
+
+
+def test_with_a_store_a_task_adapts_to_its_labeled_images_too(glyph_project, make_batch, project):
+    task = project.tasks[0]
+    batch = make_batch(project, [(task.name, list(task.unlabeled[:5]))], "batch-001")
+    ingest(batch, SimulatedAnnotator(glyph_project[1]).answer(batch), "key")
+    store = LabelStore.load(glyph_project[0] / "labels.json")
+    names, classes = task_support(task, store)
+    support = [image for images in task.support for image in images]
+    assert task_support(task) == (support, [c for c, images in enumerate(task.support) for _ in images])
+    assert names == support + list(task.unlabeled[:5])
+    assert classes[len(support) :] == [task.classes.index(glyph_project[1][i]) for i in task.unlabeled[:5]]
+    assert task_support(project.tasks[1], store) == task_support(project.tasks[1])  # nothing labeled there
+
+
+def test_adapting_on_labels_weighs_every_class_the_same_and_leaves_the_loss_as_it_was(
+    glyph_project, make_batch, project
+):
+    torch.manual_seed(0)
+    task = project.tasks[0]
+    batch = make_batch(project, [(task.name, list(task.unlabeled[:5]))], "batch-001")
+    ingest(batch, SimulatedAnnotator(glyph_project[1]).answer(batch), "key")
+    store = LabelStore.load(glyph_project[0] / "labels.json")
+    model = tiny_model()
+    sets = [tuple(task.unlabeled[5:10]), tuple(task.unlabeled[10:15])]
+    evidence = adapted_evidence(model, project, task, sets, (1, 16, 16), store)
+    assert not model.loss.class_balanced  # restored
+    names, classes = task_support(task, store)
+    support = to_float(load_pixels(project, names, (1, 16, 16)))[None]
+    queries = [to_float(load_pixels(project, list(s), (1, 16, 16)))[None] for s in sets]
+    model.loss.class_balanced = True
+    expected = model.loss.evidence(
+        torch.cat(model.adapt_and_predict_sets(support, torch.tensor(classes)[None], queries))
+    )
+    torch.testing.assert_close(evidence, expected)
+    assert not torch.allclose(evidence, adapted_evidence(model, project, task, sets, (1, 16, 16)))
+
+
+def test_select_adapts_on_labels_where_the_data_module_says_so(data, glyph_project, project):
+    torch.manual_seed(0)
+    model = tiny_model(sampler=data.sampler)
+    first = select_batch(model, data, 3, step=50, lam=0.6)
+    ingest(first, SimulatedAnnotator(glyph_project[1]).answer(first), "key")
+    plain = select_batch(model, data, 9, step=50, lam=0.6)
+    data.adapt_on_labels = True
+    adapted = select_batch(model, data, 9, step=50, lam=0.6)
+    chosen = [{tuple(p.image for p in s.images) for s in b.query_sets} for b in (plain, adapted)]
+    assert len(chosen[0]) == 9 and chosen[0] == chosen[1]  # every candidate of the same draw, scored otherwise
+    labeled_tasks = {s.task for s in first.query_sets}
+    by_task = {
+        name: (
+            [s.score for s in plain.query_sets if s.task == name],
+            [s.score for s in adapted.query_sets if s.task == name],
+        )
+        for name in {s.task for s in plain.query_sets}
+    }
+    for name, (before, after) in by_task.items():
+        assert (sorted(before) != sorted(after)) == (name in labeled_tasks)  # only tasks with labels adapt otherwise

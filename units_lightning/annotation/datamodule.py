@@ -49,6 +49,9 @@ class AnnotatedTasksDataModule(EpisodicDataModule):
         channels: 1 (grey) or 3 (RGB); images are converted.
         val_share: the share of labeled query sets held out for validation and test, in ``[0, 1)``; 0: every
             label trains and there is no validation.
+        adapt_on_labels: ``select`` and ``serve`` adapt to each task's support set and the images people labeled
+            in it so far, every class weighing the same (``selection.adapted_evidence``), instead of to its support
+            set alone; ``fit`` and ``test`` are unchanged.
         **kwargs: the episode options of ``EpisodicDataModule`` (sampler, n_way, k_shot, query_shots, seed,
             eval_batch_tasks, ...).
 
@@ -65,6 +68,7 @@ class AnnotatedTasksDataModule(EpisodicDataModule):
         image_size: int = 28,
         channels: int = 1,
         val_share: float = 0.0,
+        adapt_on_labels: bool = False,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
@@ -77,6 +81,7 @@ class AnnotatedTasksDataModule(EpisodicDataModule):
         self.image_size, self.channels = image_size, channels
         self.image_shape = (channels, image_size, image_size)
         self.val_share = val_share
+        self.adapt_on_labels = adapt_on_labels
         self._episodes: LabeledEpisodes | None = None
         self._held_out: list[HeldOutSet] = []
 

@@ -87,6 +87,7 @@ class Predictor:
         hint_vacuity: predictions are made only below this vacuity.
         step: the training step of the model's checkpoint, which names the model version (set it again, under
             ``lock``, when new weights are loaded).
+        adapt_on_labels: adapt to each task's labeled images too (``AnnotatedTasksDataModule.adapt_on_labels``).
     """
 
     def __init__(
@@ -97,8 +98,10 @@ class Predictor:
         image_shape: tuple[int, int, int],
         hint_vacuity: float = HINT_VACUITY,
         step: int = 0,
+        adapt_on_labels: bool = False,
     ):
         self.model, self.project, self.store = model, project, store
+        self.adapt_on_labels = adapt_on_labels
         self.image_shape, self.hint_vacuity, self.step = image_shape, hint_vacuity, step
         self.lock = threading.Lock()  # one prediction at a time; retraining swaps the weights under it
 
@@ -117,11 +120,13 @@ class Predictor:
             )
         return out.query_sets[number].images
 
-    def evidence(self, task_name: str, images: Sequence[str]) -> torch.Tensor:
-        """(M, N) evidence of ``images`` (one query set of task ``task_name``) after adapting to its support set, as
-        ``select`` scores them (``adapted_evidence``)."""
+    def evidence(self, task_name: str, images: Sequence[str], store: LabelStore | None = None) -> torch.Tensor:
+        """(M, N) evidence of ``images`` (one query set of task ``task_name``) after adapting to its support set (and,
+        with ``adapt_on_labels``, to the task's labeled images in ``store``, by default read now), as ``select``
+        scores them (``adapted_evidence``)."""
         task = self.project.task(task_name)
-        return adapted_evidence(self.model, self.project, task, [tuple(images)], self.image_shape)[0]
+        labels = (store if store is not None else self.store()) if self.adapt_on_labels else None
+        return adapted_evidence(self.model, self.project, task, [tuple(images)], self.image_shape, labels)[0]
 
     def predict(self, tasks: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """One prediction per task (an empty one where the model is unsure), in Label Studio's ML backend form."""
@@ -134,7 +139,7 @@ class Predictor:
                 images = self._query_set(store, data)
                 key = (str(data["task"]), images)
                 if key not in cache:
-                    cache[key] = self.evidence(*key)
+                    cache[key] = self.evidence(*key, store)
                 evidence = cache[key][images.index(data[IMAGE_KEY])]
                 probability = expected_probability(evidence[None])[0]
                 vac, dis = float(vacuity(evidence[None])[0]), float(dissonance(belief(evidence[None]))[0])

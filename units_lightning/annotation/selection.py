@@ -1,9 +1,10 @@
 """``select``: which unlabeled query sets people should label next, by the rule the model trains with.
 
 For every task of the project: cut its still-unlabeled images into candidate query sets of ``n_way * query_shots``
-images (as many as the sampler's ``query_sets``, at random), adapt to the task's support set and predict every
-candidate (``UnitsMAML.adapt_and_predict_sets``, the evaluation path), and score every set by the sampler's
-acquisition (``TaskSampler.score``, as a training step scores; by default the task uncertainty
+images (as many as the sampler's ``query_sets``, at random), adapt to the task's support set (with the data
+module's ``adapt_on_labels``, also to the images people labeled in the task so far, every class weighing the same)
+and predict every candidate (``UnitsMAML.adapt_and_predict_sets``, the evaluation path), and score every set by the
+sampler's acquisition (``TaskSampler.score``, as a training step scores; by default the task uncertainty
 ``lambda * vacuity + (1 - lambda) * dissonance``), all tasks' candidates in one call, so that a representativeness
 or diversity score compares them with each other. The sampler's ``select`` then chooses among the
 (tasks x candidates) scores, exactly as in training, so a custom sampler chooses here too; it is asked again over the
@@ -16,8 +17,10 @@ scores, in random order). The project's label budget, when it has one, trims the
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -41,6 +44,7 @@ __all__ = [
     "choose_query_sets",
     "score_candidates",
     "select_batch",
+    "task_support",
 ]
 
 
@@ -92,13 +96,14 @@ def score_candidates(
     lam: float,
     rng: np.random.Generator,
     sampler: TaskSampler | None = None,
+    adapt_on_labels: bool = False,
 ) -> Candidates:
     """Draw each task's candidate query sets from its unlabeled images and score them.
 
     Each task is adapted to on its whole support set (every support image), once, and its candidates are
-    predicted from that adapted model, each set in its own pass (batch norm uses the set's statistics). Every
-    task's candidates are then scored together by ``sampler.score`` (the tasks with fewer candidates padded and
-    marked unavailable).
+    predicted from that adapted model, each set in its own pass (batch norm uses the set's statistics). With
+    ``adapt_on_labels`` the task's labeled images join its support set (``task_support``). Every task's candidates
+    are then scored together by ``sampler.score`` (the tasks with fewer candidates padded and marked unavailable).
 
     Args:
         model: the trained model.
@@ -108,6 +113,7 @@ def score_candidates(
         lam: lambda of the task uncertainty.
         rng: draws the candidate sets.
         sampler: whose ``score`` is the acquisition (default: the paper's task uncertainty).
+        adapt_on_labels: adapt to each task's support set and the images people labeled in it so far.
     """
     tasks, sets, evidence = [], [], []
     taken = store.unavailable  # labeled, could not be told, or out in a pending batch
@@ -118,8 +124,43 @@ def score_candidates(
             continue
         tasks.append(task)
         sets.append(candidates)
-        evidence.append(adapted_evidence(model, project, task, candidates, image_shape))  # (Q_t, M, N)
+        labels = store if adapt_on_labels else None
+        evidence.append(adapted_evidence(model, project, task, candidates, image_shape, labels))  # (Q_t, M, N)
     return Candidates(tasks, sets, _scores(evidence, lam, sampler), evidence)
+
+
+def task_support(task: AnnotationTask, store: LabelStore | None = None) -> tuple[list[str], list[int]]:
+    """The images a task adapts to and their class positions in ``task.classes``: its support set, and with a
+    ``store`` also every image people labeled in its query sets so far, in the order they were ingested.
+
+    Raises:
+        ValueError: the store gives a labeled image a class its task does not have.
+    """
+    names = [image for images in task.support for image in images]
+    classes = [c for c, images in enumerate(task.support) for _ in images]
+    for query_set in store.query_sets(task.name) if store is not None else ():
+        for image in query_set.images:
+            label = store.labels[image]
+            if label not in task.classes:
+                raise ValueError(
+                    f"the label store gives image {image!r} class {label!r}, not one of task {task.name!r}'s"
+                )
+            names.append(image)
+            classes.append(task.classes.index(label))
+    return names, classes
+
+
+@contextmanager
+def _class_balanced(loss: Any, on: bool) -> Iterator[None]:
+    """``loss.class_balanced`` set for the block where ``on`` and the loss has that option; restored after."""
+    before = getattr(loss, "class_balanced", None)
+    if on and before is not None:
+        loss.class_balanced = True
+    try:
+        yield
+    finally:
+        if before is not None:
+            loss.class_balanced = before
 
 
 def adapted_evidence(
@@ -128,16 +169,24 @@ def adapted_evidence(
     task: AnnotationTask,
     query_sets: Sequence[Sequence[str]],
     image_shape: tuple[int, int, int],
+    store: LabelStore | None = None,
 ) -> Tensor:
     """(Q, M, N) evidence of the images of ``query_sets`` (Q sets of M images of ``task``), on the CPU: the model
     adapts once to the task's whole support set (every support image) and predicts each set in its own pass (batch
-    norm uses the set's statistics)."""
-    support = [image for images in task.support for image in images]
-    support_y = torch.tensor([c for c, images in enumerate(task.support) for _ in images], device=model.device)
-    support_x = _task_pixels(project, support, image_shape, model.device)
+    norm uses the set's statistics).
+
+    With a ``store``, the images people labeled in the task so far join its support set (``task_support``) and the
+    adaptation weighs every class the same (the loss's ``class_balanced``, where it has the option): labeled images
+    come in whatever classes they turn out to be, and on Omniglot a class-balanced adaptation on them gained more
+    held-out accuracy than any choice of what to label (docs/RESULTS.md, "Labeling time").
+    """
+    names, classes = task_support(task, store)
+    support_y = torch.tensor(classes, device=model.device)
+    support_x = _task_pixels(project, names, image_shape, model.device)
     query_x = _task_pixels(project, [i for s in query_sets for i in s], image_shape, model.device)
     query_x = query_x.view(len(query_sets), len(query_sets[0]), *query_x.shape[1:])
-    logits = model.adapt_and_predict_sets(support_x[None], support_y[None], [q[None] for q in query_x])
+    with _class_balanced(model.loss, store is not None):
+        logits = model.adapt_and_predict_sets(support_x[None], support_y[None], [q[None] for q in query_x])
     return model.loss.evidence(torch.cat(logits)).cpu()
 
 
@@ -271,7 +320,16 @@ def select_batch(
     rng = np.random.default_rng([data.seed, store.batches_made])
     sampler = data.sampler if sampler is None else sampler
     candidates = score_candidates(
-        model, project, store, data.image_shape, data.query_set_size, data.sampler.query_sets, lam, rng, sampler
+        model,
+        project,
+        store,
+        data.image_shape,
+        data.query_set_size,
+        data.sampler.query_sets,
+        lam,
+        rng,
+        sampler,
+        adapt_on_labels=data.adapt_on_labels,
     )
     chosen = choose_query_sets(sampler, candidates.scores, budget, step, rng, ledger)
     if not chosen:

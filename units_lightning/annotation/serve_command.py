@@ -162,7 +162,9 @@ def serve_main(argv: Sequence[str] | None = None) -> None:
     model.sampler = data.sampler
     step, _ = restore(model, config.ckpt_path)
     model.to(config.device)
-    predictor = Predictor(model, data.project(), data.label_store, data.image_shape, config.hint_vacuity, step)
+    predictor = Predictor(
+        model, data.project(), data.label_store, data.image_shape, config.hint_vacuity, step, data.adapt_on_labels
+    )
 
     def reload() -> str:
         with predictor.lock:
