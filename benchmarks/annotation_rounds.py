@@ -45,6 +45,7 @@ import torch
 
 from benchmarks.labeling_time import ACQUISITIONS, build_acquisition, labels_saved
 from units_lightning.annotation import AnnotatedTasksDataModule, SimulatedAnnotator, ingest_answers, select_batch
+from units_lightning.annotation.batch import AnnotationBatch
 from units_lightning.annotation.commands import schedule_at
 from units_lightning.annotation.label_store import LabelStore
 from units_lightning.annotation.simulation import write_simulated_project
@@ -73,6 +74,7 @@ class Settings:
     candidates: int
     device: str
     cache_dir: str | None
+    adapt_on_labels: bool = False
 
 
 def parse_arms(specs: list[str]) -> dict[str, str]:
@@ -182,6 +184,13 @@ def label(data: AnnotatedTasksDataModule, model: UnitsMAML, budget: int, sampler
     return batch
 
 
+def pre_annotation_accuracy(batch: AnnotationBatch, key: dict[str, str]) -> float:
+    """The share of a batch's images whose predicted class (the pre-annotation Label Studio shows, where the model
+    is sure enough) is the annotator's answer."""
+    images = [image for query_set in batch.query_sets for image in query_set.images]
+    return float(np.mean([image.predicted == key[image.image] for image in images]))
+
+
 def tasks_labeled(data: AnnotatedTasksDataModule) -> int:
     """How many of the project's tasks have at least one labeled query set."""
     return len({s.task for b in data.label_store().batches for s in b.query_sets})
@@ -204,7 +213,13 @@ def run_seed(
         sampler = MultiQuerySampler(tasks=4, query_sets=settings.candidates)  # the training rule, every arm alike
         labels = workdir / f"seed{seed}" / f"{arm}-labels.json"
         return AnnotatedTasksDataModule(
-            root=str(project), labels=str(labels), n_way=5, k_shot=1, sampler=sampler, seed=seed
+            root=str(project),
+            labels=str(labels),
+            n_way=5,
+            k_shot=1,
+            sampler=sampler,
+            seed=seed,
+            adapt_on_labels=settings.adapt_on_labels,
         )
 
     first = data_for("first")
@@ -218,19 +233,25 @@ def run_seed(
         data = data_for(arm)
         acquisition = build_arm(class_path, data.sampler, seed)
         LabelStore.load(first.labels).save(data.labels)  # every arm continues from round 1's labels and model
-        previous, scores, covered = checkpoint, [shared], [shared_tasks]
+        previous, scores, covered, pre_annotations = checkpoint, [shared], [shared_tasks], []
         for round_number in range(2, settings.rounds + 1):
             model = new_model(settings, data.sampler).to(settings.device)
             state = torch.load(previous, map_location=settings.device, weights_only=True)
             model.load_state_dict(state["state_dict"])
             step, lam = schedule_at(model, state)  # as `select --ckpt_path` reads them
-            label(data, model, settings.budget, acquisition, key, step=step, lam=lam)
+            batch = label(data, model, settings.budget, acquisition, key, step=step, lam=lam)
+            pre_annotations.append(pre_annotation_accuracy(batch, key))
             save = workdir / f"seed{seed}" / f"{arm}-round{round_number}.ckpt"
             model = train_round(settings, data, round_number, previous, save)
             scores.append(accuracy(model.to(settings.device), evaluation))
             covered.append(tasks_labeled(data))
             previous = save
-        results[arm] = {"accuracy": scores, "tasks_labeled": covered, "acquisition": repr(acquisition)}
+        results[arm] = {
+            "accuracy": scores,
+            "tasks_labeled": covered,
+            "pre_annotation_accuracy": pre_annotations,  # of the batches of rounds 2, 3, ...
+            "acquisition": repr(acquisition),
+        }
         print(f"seed {seed}, {arm}: {json.dumps(results[arm])}", flush=True)
     return results
 
@@ -287,6 +308,12 @@ def markdown(
         + " |"
         + " |" * (len(others) + 1)
     )
+    pre = [np.mean([np.mean(res[arm]["pre_annotation_accuracy"]) for res in results]) for arm in arms]
+    rows.append(
+        "| pre-annotations right, batches of rounds 2 on (mean) | "
+        + " | ".join(f"{100 * p:.1f}%" for p in pre)
+        + " |" * (len(others) + 2)
+    )
     return "\n".join(
         [
             *rows,
@@ -295,7 +322,9 @@ def markdown(
             f"5-way 1-shot test tasks; {settings.tasks} project tasks with {5 * settings.unlabeled} unlabeled "
             f"images each, {settings.budget} query sets labeled per round, {settings.steps} training steps per "
             f"round, {settings.candidates} candidate query sets per task, {settings.filters} filters, "
-            f"{settings.inner_steps} inner steps; round 1 is random in every arm. Labels saved: 1 - labels the arm "
+            f"{settings.inner_steps} inner steps; select adapts to "
+            f"{'support sets and labeled images' if settings.adapt_on_labels else 'support sets only'}; "
+            "round 1 is random in every arm. Labels saved: 1 - labels the arm "
             "needs / labels random needs to reach random's last-round accuracy (linear between rounds; never: the "
             f"arm does not reach it). {platform.machine()}, {settings.device}, torch {torch.__version__}, "
             f"{seconds / 60:.1f} min.",
@@ -320,6 +349,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    parser.add_argument(
+        "--adapt-on-labels", action="store_true", help="select adapts to a task's labeled images too (class-balanced)"
+    )
     args = parser.parse_args(argv)
     try:
         arms = parse_arms(args.arms)
@@ -342,6 +374,7 @@ def main(argv: list[str] | None = None) -> None:
         args.candidates,
         args.device,
         args.cache_dir,
+        args.adapt_on_labels,
     )
     started = time.perf_counter()
     evaluation = test_data(settings)

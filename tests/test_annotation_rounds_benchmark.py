@@ -60,8 +60,8 @@ def test_arms_get_the_training_samplers_tasks_and_candidates():
 
 def _results(random, margin):
     return {
-        "random": {"accuracy": random, "tasks_labeled": [2, 3, 4]},
-        "margin": {"accuracy": margin, "tasks_labeled": [2, 4, 5]},
+        "random": {"accuracy": random, "tasks_labeled": [2, 3, 4], "pre_annotation_accuracy": [0.5, 0.7]},
+        "margin": {"accuracy": margin, "tasks_labeled": [2, 4, 5], "pre_annotation_accuracy": [0.4, 0.4]},
     }
 
 
@@ -78,9 +78,11 @@ def test_table_has_a_column_per_arm_and_the_labels_saved_row():
     lines = table.splitlines()
     assert lines[0].startswith("| labeled query sets (images) | random | margin | margin - random |")
     widths = {line.count("|") for line in lines if line.startswith("|")}
-    assert widths == {6}  # header, rule, 3 rounds and the labels-saved row: 5 cells each
+    assert widths == {6}  # header, rule, 3 rounds, the labels-saved and pre-annotation rows: 5 cells each
     assert "| 16 (80) | 50.00% (50.0, 50.0) | 57.50% (60.0, 55.0) | +7.50 points | 3.0 / 4.0 of 5 |" in lines
-    assert "| 0% | +17% (+33%, +0%) |" in lines[-3]  # 1 - 16/24, and seed 1 reaches 60% at 24 as random does
+    assert "| 0% | +17% (+33%, +0%) |" in lines[-4]  # 1 - 16/24, and seed 1 reaches 60% at 24 as random does
+    assert lines[-3] == "| pre-annotations right, batches of rounds 2 on (mean) | 60.0% | 40.0% | | |"
+    assert "select adapts to support sets only" in lines[-1]
 
 
 @pytest.mark.slow
@@ -99,4 +101,5 @@ def test_a_tiny_run_through_select_and_ingest(tmp_path, capsys):
     assert {len(arm["accuracy"]) for arm in results.values()} == {2}
     assert len({arm["accuracy"][0] for arm in results.values()}) == 1  # round 1 is shared
     assert results["margin"]["acquisition"].startswith("MarginSampler(tasks=4, query_sets=4")
+    assert {len(arm["pre_annotation_accuracy"]) for arm in results.values()} == {1}  # round 2's batch
     assert "labels saved against random" in capsys.readouterr().out
