@@ -29,10 +29,12 @@ adapts with every class weighing the same (``units_lightning.losses.class_balanc
 both.
 
 ``python benchmarks/labeling_time.py merge A.json B.json --out X.json`` joins runs of one setting whose seeds ran
-apart (one process per GPU). ``--ckpt`` takes one checkpoint per seed (the models of seeds 0, 1, 2), or one for every
-seed. Every round adapts to a larger support set, so on a GPU each round's shapes would capture CUDA graphs of their
-own and keep them: for 20-way tasks pass ``--model.capture none`` (eager evaluation; 200 tasks of Omniglot 20-way
-otherwise filled an H200's 140 GB).
+apart (one process per GPU); ``python benchmarks/labeling_time.py table "5w1s val=A.json" "5w1s test=B.json"`` prints
+acquisitions against settings, each cell labels saved / area - random, as docs/RESULTS.md shows them. ``--ckpt``
+takes one checkpoint per seed (the models of seeds 0, 1, 2), or one for every seed. Every round adapts to a larger
+support set, so on a GPU each round's shapes would capture CUDA graphs of their own and keep them: for 20-way tasks
+pass ``--model.capture none`` (eager evaluation; 200 tasks of Omniglot 20-way otherwise filled an H200's 140 GB).
+Even so, a run of 200 tasks holds about 60 GB of an H200: run one per GPU at a time.
 """
 
 from __future__ import annotations
@@ -278,7 +280,9 @@ def format_cell(summary: Mapping[str, Any], scale: float = 1.0, digits: int = 1,
     """A table cell of a mean and its 95% interval (``mean_ci95``), scaled, "n/a" without a mean."""
     if summary.get("mean") is None:
         return "n/a"
-    text = f"{summary['mean'] * scale:+.{digits}f}" if signed else f"{summary['mean'] * scale:.{digits}f}"
+    value = summary["mean"] * scale
+    value = 0.0 if round(value, digits) == 0 else value  # no "-0"
+    text = f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
     return text + (f" ± {summary['ci95'] * scale:.{digits}f}" if summary.get("ci95") is not None else "")
 
 
@@ -297,6 +301,37 @@ def markdown_table(summary: Mapping[str, Any]) -> str:
             f"| {format_cell(row['area_minus_random'], digits=2, signed=True)} "
             f"| {format_cell(row['final'], digits=2)} |"
         )
+    return "\n".join(lines)
+
+
+def settings_table(columns: Mapping[str, Mapping[str, Any]]) -> str:
+    """Acquisitions against settings, each cell ``labels saved % (seeds that reach) / area - random (points)``, from
+    the ``summary`` of each setting's record (docs/RESULTS.md's labeling-time tables); random, the reference, has no
+    row.
+
+    Example:
+        >>> row = {"labels_saved": {"mean": 0.32, "ci95": 0.14, "reached": "3/3"},
+        ...        "area_minus_random": {"mean": 0.98, "ci95": 0.71}}
+        >>> print(settings_table({"5w1s val": {"units": row}}))
+        | acquisition | 5w1s val |
+        |---|---|
+        | units | +32 ± 14 (3/3) / +0.98 ± 0.71 |
+    """
+    names = list(dict.fromkeys(name for summary in columns.values() for name in summary if name != "random"))
+    lines = ["| acquisition | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for name in names:
+        cells = []
+        for summary in columns.values():
+            row = summary.get(name)
+            if row is None:
+                cells.append("not run")
+                continue
+            saved, area = row["labels_saved"], row["area_minus_random"]
+            cells.append(
+                f"{format_cell(saved, 100.0, digits=0, signed=True)} ({saved['reached']}) / "
+                f"{format_cell(area, digits=2, signed=True)}"
+            )
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -407,6 +442,18 @@ def merge(paths: Sequence[Path], out: Path | None) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["table"]:  # labeling_time.py table "5w1s val=A.json" "5w1s test=B.json" ...
+        tabling = argparse.ArgumentParser(prog="labeling_time.py table")
+        tabling.add_argument("columns", nargs="+", help="NAME=results.json, one column each")
+        options = tabling.parse_args(argv[1:])
+        columns = {}
+        for spec in options.columns:
+            name, _, path = spec.rpartition("=")
+            if not name:
+                tabling.error(f"{spec!r}: give each column as NAME=results.json")
+            columns[name] = json.loads(Path(path).read_text())["summary"]
+        print(settings_table(columns))
+        return {"columns": columns}
     if argv[:1] == ["merge"]:  # labeling_time.py merge A.json B.json ... [--out X.json]
         merging = argparse.ArgumentParser(prog="labeling_time.py merge")
         merging.add_argument("paths", type=Path, nargs="+")

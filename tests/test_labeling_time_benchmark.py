@@ -130,6 +130,14 @@ def test_merge_joins_seeds_run_apart_and_refuses_plain_with_class_balanced_adapt
     assert merged["seeds"] == [0, 1] and merged["summary"]["margin"]["labels_saved"]["reached"] == "2/2"
     assert lt.plot_title(merged) == "c, val classes, 2 tasks x 2 seeds, class_balanced=true"
     assert (tmp_path / "merged.png").stat().st_size > 0
+    lt.merge(paths[2:], tmp_path / "plain-merged.json")
+    table = lt.main(["table", f"balanced={tmp_path / 'merged.json'}", f"plain={tmp_path / 'plain-merged.json'}"])
+    assert list(table["columns"]) == ["balanced", "plain"]
+    lines = lt.settings_table(table["columns"]).splitlines()
+    assert lines[0] == "| acquisition | balanced | plain |" and len(lines) == 3  # random, the reference: no row
+    assert lines[2] == "| margin | +50 ± 0 (2/2) / +5.50 ± 0.00 | +50 (1/1) / +5.50 |"
+    with pytest.raises(SystemExit):
+        lt.main(["table", str(paths[2])])  # no NAME=
     with pytest.raises(ValueError, match="loss overrides"):
         lt.merge([paths[0], paths[2]], None)
 
