@@ -12,6 +12,7 @@ from tiny_setup import tiny_model
 from units_lightning.annotation import AnnotatedTasksDataModule, LabelStore, SimulatedAnnotator, ingest, select_batch
 from units_lightning.annotation.batch import CSV_COLUMNS, read_manifest, write_batch
 from units_lightning.annotation.images import load_pixels, to_float
+from units_lightning.annotation.layout import load_project
 from units_lightning.annotation.selection import adapted_evidence, choose_query_sets, score_candidates, task_support
 from units_lightning.belief import task_beliefs, task_uncertainty
 from units_lightning.ledger import LabelLedger
@@ -123,6 +124,24 @@ def test_with_a_store_a_task_adapts_to_its_labeled_images_too(glyph_project, mak
     assert names == support + list(task.unlabeled[:5])
     assert classes[len(support) :] == [task.classes.index(glyph_project[1][i]) for i in task.unlabeled[:5]]
     assert task_support(project.tasks[1], store) == task_support(project.tasks[1])  # nothing labeled there
+
+
+def test_a_label_the_task_no_longer_has_is_named(glyph_project, make_batch, project):
+    task = project.tasks[0]
+    batch = make_batch(project, [(task.name, list(task.unlabeled[:5]))], "batch-001")
+    ingest(batch, SimulatedAnnotator(glyph_project[1]).answer(batch), "key")
+    store = LabelStore.load(glyph_project[0] / "labels.json")
+    label = store.labels[task.unlabeled[0]]
+    folder = glyph_project[0] / "tasks" / task.name / "support"
+    (folder / label).rename(folder / "renamed")  # the class folder renamed after its images were labeled
+    named = f"class '{label}', which task '{task.name}' does not have .* put the class folder back"
+    with pytest.raises(ValueError, match=named):
+        task_support(load_project(glyph_project[0]).task(task.name), store)
+    data = AnnotatedTasksDataModule(
+        root=str(glyph_project[0]), image_size=16, n_way=5, k_shot=1, sampler=RandomSampler()
+    )
+    with pytest.raises(ValueError, match=named):  # fit reads the labels the same way
+        data.setup("fit")
 
 
 def test_adapting_on_labels_weighs_every_class_the_same_and_leaves_the_loss_as_it_was(

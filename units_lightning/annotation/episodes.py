@@ -117,12 +117,7 @@ def labeled_tasks(
                         f"the label store names image {image!r} of task {task.name!r}, which is not among the task's "
                         f"unlabeled images in {project.root}: put the file back, or remove its batch from the store"
                     )
-                label = store.labels[image]
-                if label not in task.classes:
-                    raise ValueError(
-                        f"the label store gives image {image!r} class {label!r}, not one of task {task.name!r}'s"
-                    )
-                positions.append(task.classes.index(label))
+                positions.append(task.label_of(image, store.labels[image]))
             indices = np.arange(len(names), len(names) + set_size)
             if query_set.images in held_out:
                 validation.append(

@@ -43,6 +43,20 @@ class AnnotationTask:
     def n_way(self) -> int:
         return len(self.classes)
 
+    def label_of(self, image: str, label: str) -> int:
+        """The position in ``classes`` of class ``label``, which the label store gives ``image`` of this task.
+
+        Raises:
+            ValueError: the task has no such class (its folder was renamed or removed after the image was labeled).
+        """
+        if label not in self.classes:
+            raise ValueError(
+                f"the label store gives image {image!r} class {label!r}, which task {self.name!r} does not have "
+                f"(its classes: {', '.join(self.classes)}): put the class folder back under "
+                f"tasks/{self.name}/support/, or remove the image's batch from the label store"
+            )
+        return self.classes.index(label)
+
 
 @dataclass(frozen=True)
 class AnnotationProject:

@@ -134,19 +134,14 @@ def task_support(task: AnnotationTask, store: LabelStore | None = None) -> tuple
     ``store`` also every image people labeled in its query sets so far, in the order they were ingested.
 
     Raises:
-        ValueError: the store gives a labeled image a class its task does not have.
+        ValueError: the store gives a labeled image a class its task does not have (``AnnotationTask.label_of``).
     """
     names = [image for images in task.support for image in images]
     classes = [c for c, images in enumerate(task.support) for _ in images]
     for query_set in store.query_sets(task.name) if store is not None else ():
         for image in query_set.images:
-            label = store.labels[image]
-            if label not in task.classes:
-                raise ValueError(
-                    f"the label store gives image {image!r} class {label!r}, not one of task {task.name!r}'s"
-                )
             names.append(image)
-            classes.append(task.classes.index(label))
+            classes.append(task.label_of(image, store.labels[image]))
     return names, classes
 
 
