@@ -48,14 +48,15 @@ def seed_curves(cells: Mapping[str, Mapping[str, Any]]) -> tuple[list[float], di
     return [float(x) for x in labels], complete
 
 
-def best_validation(runs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[int, float]]:
-    """{(config, method): {seed: best validation accuracy (%)}} of the tables' runs (a later run of the same config,
+def best_validation(runs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, dict[int, float]]]:
+    """{config: {method: {seed: best validation accuracy (%)}}} of the tables' runs (a later run of the same config,
     method and seed replaces an earlier one)."""
-    found: dict[tuple[str, str], dict[int, float]] = {}
+    found: dict[str, dict[str, dict[int, float]]] = {}
     for run in runs:
         best = run.get("best_val") or {}
         if best.get("value") is not None:
-            found.setdefault((run["config"], run["method"]), {})[int(run["seed"])] = 100.0 * float(best["value"])
+            by_method = found.setdefault(run["config"], {})
+            by_method.setdefault(run["method"], {})[int(run["seed"])] = 100.0 * float(best["value"])
     return found
 
 
@@ -140,8 +141,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         if args.reference not in table:
             print(f"{config}: no {args.reference} runs; skipped", file=sys.stderr)
             continue
-        validation = {method: seeds for (name, method), seeds in validation_runs.items() if name == config}
-        results[config] = compare(table, args.reference, validation)
+        results[config] = compare(table, args.reference, validation_runs.get(config, {}))
         print(markdown(config, results[config]), end="\n\n")
     if args.out is not None:
         args.out.write_text(json.dumps(results, indent=1))

@@ -233,11 +233,11 @@ class CrossEntropyLoss(MetaLoss):
         return torch.exp(logits.clamp(max=EXP_EVIDENCE_MAX_LOGIT))
 
     def __call__(self, logits: Tensor, labels: Tensor, eta: float | Tensor = 0.0) -> Tensor:
-        labels = labels.long()
+        labels, classes = labels.long(), logits.shape[-1]
         if not self.class_balanced:
-            return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
-        per_sample = -torch.log_softmax(logits, dim=-1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
-        return class_balanced_mean(per_sample, labels, logits.shape[-1])
+            return F.cross_entropy(logits.reshape(-1, classes), labels.reshape(-1))
+        per_sample = F.cross_entropy(logits.reshape(-1, classes), labels.reshape(-1), reduction="none")
+        return class_balanced_mean(per_sample.view(labels.shape), labels, classes)
 
 
 class ScheduledInnerLoss(nn.Module):

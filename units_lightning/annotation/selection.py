@@ -117,6 +117,7 @@ def score_candidates(
     """
     tasks, sets, evidence = [], [], []
     taken = store.unavailable  # labeled, could not be told, or out in a pending batch
+    labels = store if adapt_on_labels else None  # whose labeled images join each task's support
     for task in project.tasks:
         pool = [image for image in task.unlabeled if image not in taken]
         candidates = candidate_query_sets(pool, set_size, count, rng)
@@ -124,7 +125,6 @@ def score_candidates(
             continue
         tasks.append(task)
         sets.append(candidates)
-        labels = store if adapt_on_labels else None
         evidence.append(adapted_evidence(model, project, task, candidates, image_shape, labels))  # (Q_t, M, N)
     return Candidates(tasks, sets, _scores(evidence, lam, sampler), evidence)
 
