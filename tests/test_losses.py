@@ -4,7 +4,14 @@ import pytest
 import torch
 
 from units_lightning.belief import belief, incorrect_belief
-from units_lightning.losses import EXP_EVIDENCE_MAX_LOGIT, CrossEntropyLoss, EvidentialLoss, class_balanced_mean
+from units_lightning.losses import (
+    EXP_EVIDENCE_MAX_LOGIT,
+    CrossEntropyLoss,
+    EvidentialLoss,
+    MetaLoss,
+    class_balanced_copy,
+    class_balanced_mean,
+)
 
 
 def test_marginal_likelihood_matches_the_closed_form():
@@ -207,6 +214,27 @@ def test_class_balanced_equals_the_plain_mean_on_episodes_with_as_many_samples_o
     (balanced_grad,) = torch.autograd.grad(balanced, logits)
     assert torch.allclose(plain, balanced, rtol=0, atol=1e-12)
     assert torch.allclose(plain_grad, balanced_grad, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("loss", [EvidentialLoss(ib_reduction="mean", vacuity_weight=0.5), CrossEntropyLoss()])
+def test_a_class_balanced_copy_balances_with_the_loss_s_other_options_and_leaves_the_loss_as_it_was(loss):
+    logits = torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(2))
+    labels = torch.tensor([[0, 0, 0, 1], [2, 1, 2, 2]])
+    before = loss(logits, labels, 2.0)
+    balanced = class_balanced_copy(loss)
+    assert balanced is not loss and balanced.class_balanced and not loss.class_balanced
+    assert vars(balanced) == {**vars(loss), "class_balanced": True}  # every other option kept
+    assert float(balanced(logits, labels, 2.0)) != pytest.approx(float(before))
+    assert float(loss(logits, labels, 2.0)) == float(before)
+    assert class_balanced_copy(balanced) is balanced  # already balanced: itself
+
+
+def test_a_class_balanced_copy_of_a_loss_without_the_option_is_the_loss():
+    class Custom(MetaLoss):
+        pass
+
+    custom = Custom()
+    assert class_balanced_copy(custom) is custom
 
 
 def test_class_balanced_mean_gives_every_class_present_the_same_weight_per_task():

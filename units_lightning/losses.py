@@ -10,6 +10,7 @@ learning freeze, off by default.
 
 from __future__ import annotations
 
+import copy
 from typing import Literal
 
 import torch
@@ -26,6 +27,7 @@ __all__ = [
     "IncorrectBeliefReduction",
     "MetaLoss",
     "ScheduledInnerLoss",
+    "class_balanced_copy",
     "class_balanced_mean",
     "vacuity_regulariser",
 ]
@@ -91,6 +93,23 @@ def class_balanced_mean(values: Tensor, labels: Tensor, num_classes: int) -> Ten
 
 def _mean(values: Tensor, labels: Tensor, num_classes: int, class_balanced: bool) -> Tensor:
     return class_balanced_mean(values, labels, num_classes) if class_balanced else values.mean()
+
+
+def class_balanced_copy(loss: MetaLoss) -> MetaLoss:
+    """``loss`` with every class of a task weighing the same (its ``class_balanced`` on), as a copy that leaves
+    ``loss`` as it is; ``loss`` itself where it is already so or has no such option.
+
+    Example:
+        >>> plain = EvidentialLoss()
+        >>> balanced = class_balanced_copy(plain)
+        >>> balanced.class_balanced, plain.class_balanced
+        (True, False)
+    """
+    if getattr(loss, "class_balanced", True):
+        return loss
+    balanced = copy.copy(loss)
+    balanced.class_balanced = True
+    return balanced
 
 
 def vacuity_regulariser(logits: Tensor, labels: Tensor, evidence: Tensor) -> Tensor:

@@ -17,10 +17,8 @@ scores, in random order). The project's label budget, when it has one, trims the
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -145,19 +143,6 @@ def task_support(task: AnnotationTask, store: LabelStore | None = None) -> tuple
     return names, classes
 
 
-@contextmanager
-def _class_balanced(loss: Any, on: bool) -> Iterator[None]:
-    """``loss.class_balanced`` set for the block where ``on`` and the loss has that option; restored after."""
-    before = getattr(loss, "class_balanced", None)
-    if on and before is not None:
-        loss.class_balanced = True
-    try:
-        yield
-    finally:
-        if before is not None:
-            loss.class_balanced = before
-
-
 def adapted_evidence(
     model: UnitsMAML,
     project: AnnotationProject,
@@ -171,7 +156,7 @@ def adapted_evidence(
     norm uses the set's statistics).
 
     With a ``store``, the images people labeled in the task so far join its support set (``task_support``) and the
-    adaptation weighs every class the same (the loss's ``class_balanced``, where it has the option): labeled images
+    adaptation weighs every class the same (``adapt_and_predict_sets(class_balanced=True)``): labeled images
     come in whatever classes they turn out to be, and on Omniglot a class-balanced adaptation on them gained more
     held-out accuracy than any choice of what to label (docs/RESULTS.md, "Labeling time").
     """
@@ -180,8 +165,9 @@ def adapted_evidence(
     support_x = _task_pixels(project, names, image_shape, model.device)
     query_x = _task_pixels(project, [i for s in query_sets for i in s], image_shape, model.device)
     query_x = query_x.view(len(query_sets), len(query_sets[0]), *query_x.shape[1:])
-    with _class_balanced(model.loss, store is not None):
-        logits = model.adapt_and_predict_sets(support_x[None], support_y[None], [q[None] for q in query_x])
+    logits = model.adapt_and_predict_sets(
+        support_x[None], support_y[None], [q[None] for q in query_x], class_balanced=store is not None
+    )
     return model.loss.evidence(torch.cat(logits)).cpu()
 
 

@@ -18,7 +18,7 @@ from units_lightning.episode import TaskBatch
 from units_lightning.evaluation.ensemble import CheckpointEnsemble, load_engines
 from units_lightning.evaluation.probes import ShiftProbes
 from units_lightning.ledger import LabelLedger
-from units_lightning.losses import MetaLoss, ScheduledInnerLoss
+from units_lightning.losses import MetaLoss, ScheduledInnerLoss, class_balanced_copy
 from units_lightning.metrics import UncertaintyMetrics
 from units_lightning.outputs import EvalStepOutput, PredictStepOutput, TestStepOutput
 from units_lightning.schedules import Schedule
@@ -118,7 +118,7 @@ class EpisodicEvaluation(pl.LightningModule):
         return self.adapt_and_predict_sets(support_x, support_y, [query_x])[0]
 
     def adapt_and_predict_sets(
-        self, support_x: Tensor, support_y: Tensor, query_sets: Sequence[Tensor]
+        self, support_x: Tensor, support_y: Tensor, query_sets: Sequence[Tensor], class_balanced: bool = False
     ) -> list[Tensor]:
         """Adapt once to each support set, then predict several query sets of each task, gradients on in any mode.
 
@@ -126,17 +126,22 @@ class EpisodicEvaluation(pl.LightningModule):
 
         Args:
             support_x: (T, S, C, H, W); support_y: (T, S); query_sets: tensors of shape (T, M_i, C, H, W).
+            class_balanced: adapt with every class of a support set weighing the same (``class_balanced_copy`` of
+                the loss, for this call only), for support sets with unequal classes.
 
         Returns:
             one (T, M_i, N) logits tensor per query set, detached.
         """
         engine = self.engine if self.ensemble_engine is None else self.ensemble_engine.to(self.device)
+        inner_loss = self.inner_loss
+        if class_balanced:
+            inner_loss = ScheduledInnerLoss(class_balanced_copy(self.loss)).to(self.device)
         with torch.inference_mode(False), torch.enable_grad():
             # Tensors made under inference mode cannot enter autograd: copy them out of it.
             support_x, support_y = support_x.clone(), support_y.clone()
-            self.inner_loss.set_eta(self.eta(self.schedule_epoch))
+            inner_loss.set_eta(self.eta(self.schedule_epoch))
             steps = self.eval_inner_steps
-            return adapt_and_predict_sets(engine, support_x, support_y, query_sets, self.inner_loss, steps)
+            return adapt_and_predict_sets(engine, support_x, support_y, query_sets, inner_loss, steps)
 
     def _evaluate(
         self, batch: TaskBatch, stage: str, extra_queries: Sequence[Tensor] = ()
