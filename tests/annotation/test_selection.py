@@ -167,6 +167,20 @@ def test_adapting_on_labels_weighs_every_class_the_same_and_leaves_the_loss_as_i
     assert not torch.allclose(evidence, adapted_evidence(model, project, task, sets, (1, 16, 16)))
 
 
+def test_a_class_balanced_adaptation_runs_under_inference_mode_and_leaves_the_model_s_loss_as_it_was():
+    torch.manual_seed(0)
+    model = tiny_model()
+    support_x, support_y = torch.randn(1, 7, 1, 16, 16), torch.tensor([[0, 0, 0, 1, 2, 3, 4]])  # unequal classes
+    queries = [torch.randn(1, 5, 1, 16, 16)]
+    with torch.inference_mode():  # as Lightning's test and predict loops call it
+        inside = model.adapt_and_predict_sets(support_x, support_y, queries, class_balanced=True)
+    outside = model.adapt_and_predict_sets(support_x, support_y, queries, class_balanced=True)
+    plain = model.adapt_and_predict_sets(support_x, support_y, queries)
+    torch.testing.assert_close(inside, outside)
+    assert not torch.allclose(outside[0], plain[0])
+    assert not model.loss.class_balanced and model.inner_loss.loss is model.loss
+
+
 def test_select_adapts_on_labels_where_the_data_module_says_so(data, glyph_project, project):
     torch.manual_seed(0)
     model = tiny_model(sampler=data.sampler)

@@ -133,12 +133,12 @@ class EpisodicEvaluation(pl.LightningModule):
             one (T, M_i, N) logits tensor per query set, detached.
         """
         engine = self.engine if self.ensemble_engine is None else self.ensemble_engine.to(self.device)
-        inner_loss = self.inner_loss
-        if class_balanced:
-            inner_loss = ScheduledInnerLoss(class_balanced_copy(self.loss)).to(self.device)
         with torch.inference_mode(False), torch.enable_grad():
             # Tensors made under inference mode cannot enter autograd: copy them out of it.
             support_x, support_y = support_x.clone(), support_y.clone()
+            inner_loss = self.inner_loss
+            if class_balanced:  # made here: its eta buffer must not be an inference tensor
+                inner_loss = ScheduledInnerLoss(class_balanced_copy(self.loss)).to(self.device)
             inner_loss.set_eta(self.eta(self.schedule_epoch))
             steps = self.eval_inner_steps
             return adapt_and_predict_sets(engine, support_x, support_y, query_sets, inner_loss, steps)
