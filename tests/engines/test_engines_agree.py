@@ -240,6 +240,24 @@ def test_compiled_scoring_is_used_for_training_scores_only(monkeypatch):
     assert len(calls) == 1
 
 
+def test_evaluation_predicts_eagerly_without_recording_a_backward_in_any_mode(monkeypatch):
+    """``evaluate`` (validation, test, select, labeling time) keeps no activations of its query images for a backward
+    nothing takes, and does not compile training's scoring even in train mode (``select`` builds a model in it)."""
+    compiled = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: compiled.append(kwargs) or fn)
+    engine = BatchedEngine(make_engine("batched", "fixed", True).model, 0.3, "fixed", STEPS, compile_scoring=True)
+    engine.double().train()
+    support_x, support_y, query_x, _ = episode()
+    grad_enabled, eager = [], engine._predict_sets
+    monkeypatch.setattr(
+        engine, "_predict_sets", lambda *args: grad_enabled.append(torch.is_grad_enabled()) or eager(*args)
+    )
+    logits = engine.evaluate(support_x, support_y, query_x, LOSS, STEPS)
+    assert grad_enabled == [False] and not compiled and logits.grad_fn is None
+    adapted = engine.adapt(support_x, support_y, LOSS, STEPS, create_graph=False)
+    torch.testing.assert_close(logits, eager(adapted.fast, query_x, STEPS).detach(), rtol=1e-12, atol=1e-14)
+
+
 def test_scoring_runs_eagerly_after_one_warning_when_compiling_fails(monkeypatch):
     def failing_compile(fn, **kwargs):
         def compiled(*args):

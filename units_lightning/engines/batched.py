@@ -220,7 +220,11 @@ class BatchedEngine(nn.Module):
 
         def run(x: Tensor, y: Tensor, q: Tensor) -> tuple[Tensor]:
             adapted = self.adapt(x, y, loss, steps, create_graph=False)
-            return (self.predict_sets(adapted, q).detach(),)
+            # Nothing flows back from these logits: predicted without recording a backward, no activations of the
+            # T x Q x M query images are kept (a third of the memory of labeling_time.py on the CPU), and eagerly in
+            # any mode (training's compiled scoring is for training's scores).
+            with torch.no_grad():
+                return (self._predict_sets(adapted.fast, q, adapted.steps),)
 
         if self._graphed_evaluation is not None and support_x.is_cuda and steps > 0:
             key = (support_x.shape, support_y.shape, query_x.shape, support_x.dtype, steps, id(loss), self.training)
