@@ -16,6 +16,7 @@ from units_lightning.annotation.layout import load_project
 from units_lightning.annotation.selection import adapted_evidence, choose_query_sets, score_candidates, task_support
 from units_lightning.belief import task_beliefs, task_uncertainty
 from units_lightning.ledger import LabelLedger
+from units_lightning.losses import EvidentialLoss
 from units_lightning.samplers import MultiQuerySampler, RandomSampler, TaskSampler
 
 SCORES = torch.tensor([[0.1, 0.9, 0.5], [0.8, 0.2, float("-inf")], [0.3, 0.7, 0.6]])
@@ -179,6 +180,10 @@ def test_a_class_balanced_adaptation_runs_under_inference_mode_and_leaves_the_mo
     torch.testing.assert_close(inside, outside)
     assert not torch.allclose(outside[0], plain[0])
     assert not model.loss.class_balanced and model.inner_loss.loss is model.loss
+    balanced = model._balanced_inner_loss()
+    assert balanced is model._balanced_inner_loss()  # one object: evaluation's CUDA graphs are keyed by it
+    model.loss = EvidentialLoss(ib_reduction="mean")
+    assert model._balanced_inner_loss() is not balanced and model._balanced_inner_loss().loss.ib_reduction == "mean"
 
 
 def test_select_adapts_on_labels_where_the_data_module_says_so(data, glyph_project, project):

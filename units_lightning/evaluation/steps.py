@@ -127,7 +127,7 @@ class EpisodicEvaluation(pl.LightningModule):
         Args:
             support_x: (T, S, C, H, W); support_y: (T, S); query_sets: tensors of shape (T, M_i, C, H, W).
             class_balanced: adapt with every class of a support set weighing the same (``class_balanced_copy`` of
-                the loss, for this call only), for support sets with unequal classes.
+                the loss; the model's loss is left as it is), for support sets with unequal classes.
 
         Returns:
             one (T, M_i, N) logits tensor per query set, detached.
@@ -136,12 +136,20 @@ class EpisodicEvaluation(pl.LightningModule):
         with torch.inference_mode(False), torch.enable_grad():
             # Tensors made under inference mode cannot enter autograd: copy them out of it.
             support_x, support_y = support_x.clone(), support_y.clone()
-            inner_loss = self.inner_loss
-            if class_balanced:  # made here: its eta buffer must not be an inference tensor
-                inner_loss = ScheduledInnerLoss(class_balanced_copy(self.loss)).to(self.device)
+            inner_loss = self._balanced_inner_loss() if class_balanced else self.inner_loss
             inner_loss.set_eta(self.eta(self.schedule_epoch))
             steps = self.eval_inner_steps
             return adapt_and_predict_sets(engine, support_x, support_y, query_sets, inner_loss, steps)
+
+    def _balanced_inner_loss(self) -> ScheduledInnerLoss:
+        """``inner_loss`` with every class weighing the same (``class_balanced_copy`` of ``loss``), made once per
+        ``loss`` object: one object from call to call, so that evaluation's CUDA graphs, keyed by the inner loss and
+        reading its eta buffer, are captured once. The copy is of the loss's options when first made: give the
+        model a new loss object to change them. Call it outside inference mode (its buffer is written)."""
+        made = self.__dict__.get("_balanced_inner")
+        if made is None or made[0] is not self.loss:
+            made = self.__dict__["_balanced_inner"] = (self.loss, ScheduledInnerLoss(class_balanced_copy(self.loss)))
+        return made[1].to(self.device)
 
     def _evaluate(
         self, batch: TaskBatch, stage: str, extra_queries: Sequence[Tensor] = ()
