@@ -10,9 +10,10 @@ with the same loss (``Units-NTS``); ``--reference MAML`` compares with cross-ent
 
     python benchmarks/training_time.py runs/paper/tables/paper_tables.json [more.json ...] --reference Units-NTS
 
-Several tables JSONs (one per call of ``paper_tables.py``) are read together: a config's methods are gathered from
-all of them, and a (config, method) found in several is taken from the last that has a tested run (a table built
-with a wider ``--methods`` than its call ran holds empty cells, which never replace results).
+Several tables JSONs (one per call or root of ``paper_tables.py``) are read together, seed by seed: the seeds of a
+(config, method) are gathered from all of them (seeds 0 and 1 from one sweep, seed 2 from a later one), and a seed
+tested at a milestone in several tables is taken from the last (a table built with a wider ``--methods`` than its
+call ran holds empty cells, which never replace results).
 
 Beside the test figures, each method's best validation accuracy (the best of each run's validations, mean over its
 seeds, from the tables' ``runs``): what a recommended config is chosen by. The method with the highest is named as the
@@ -46,6 +47,27 @@ def seed_curves(cells: Mapping[str, Mapping[str, Any]]) -> tuple[list[float], di
             by_seed.setdefault(int(seed), {})[label] = float(value)
     complete = {s: [v[x] for x in labels] for s, v in by_seed.items() if len(v) == len(labels)}
     return [float(x) for x in labels], complete
+
+
+def merge_budget_tables(tables: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """{config: {method: cells}} of several ``paper_tables.json`` contents, merged seed by seed: a (milestone, seed)
+    found in several tables is taken from the last; methods with no tested seed are left out."""
+    values: dict[str, dict[str, dict[str, dict[int, float]]]] = {}
+    for content in tables:
+        for config, table in content.get("budget", {}).items():
+            for method, cells in table.items():
+                for label, cell in cells.items():
+                    by_seed = values.setdefault(config, {}).setdefault(method, {}).setdefault(label, {})
+                    by_seed.update(zip((int(s) for s in cell["seeds"]), cell["values"], strict=True))
+    merged: dict[str, dict[str, dict[str, Any]]] = {}
+    for config, methods in values.items():
+        for method, cells in methods.items():
+            if any(cells.values()):
+                merged.setdefault(config, {})[method] = {
+                    label: {"seeds": sorted(by_seed), "values": [by_seed[s] for s in sorted(by_seed)]}
+                    for label, by_seed in cells.items()
+                }
+    return merged
 
 
 def best_validation(runs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, dict[int, float]]]:
@@ -125,14 +147,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     )
     parser.add_argument("--out", type=Path, default=None, help="the comparison as JSON")
     args = parser.parse_args(argv)
-    budget: dict[str, Any] = {}
-    runs: list[Mapping[str, Any]] = []
-    for path in args.tables:
-        tables = json.loads(path.read_text())
-        runs += tables.get("runs", [])
-        for config, table in tables.get("budget", {}).items():
-            tested = {method: cells for method, cells in table.items() if any(c["values"] for c in cells.values())}
-            budget.setdefault(config, {}).update(tested)
+    loaded = [json.loads(path.read_text()) for path in args.tables]
+    runs: list[Mapping[str, Any]] = [run for tables in loaded for run in tables.get("runs", [])]
+    budget = merge_budget_tables(loaded)
     if not budget:
         parser.error(f"no label-budget table in {', '.join(map(str, args.tables))}")
     results = {}

@@ -58,6 +58,20 @@ def test_tables_of_separate_calls_are_merged_method_by_method(tmp_path):
     assert methods["Margin"]["labels_saved"]["values"] == pytest.approx([0.4])
 
 
+def test_the_seeds_of_a_method_are_gathered_from_several_tables_and_a_seed_in_both_is_the_later_one(tmp_path):
+    """Seeds 0 and 1 of a method in one sweep's table, seed 2 (and seed 1 again) in a later one: three seeds, seed 1
+    from the later table."""
+    nts = _cells({seed: [80.0, 85.0, 90.0, 92.0] for seed in (0, 1, 2)})
+    flat, low, high = [80.0, 80.0, 80.0, 80.0], [70.0, 75.0, 80.0, 85.0], [85.0, 90.0, 94.0, 95.0]
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_text(json.dumps({"budget": {"budget_x": {"Units-NTS": nts, "Margin": _cells({0: flat, 1: low})}}}))
+    second.write_text(json.dumps({"budget": {"budget_x": {"Margin": _cells({1: high, 2: high})}}}))
+    margin = training_time.main([str(first), str(second)])["budget_x"]["methods"]["Margin"]
+    assert margin["seeds"] == [0, 1, 2]
+    assert margin["labels_saved"]["values"] == pytest.approx([None, 0.4, 0.4])  # seed 0 never reaches 92
+    assert margin["final"]["mean"] == pytest.approx((80.0 + 95.0 + 95.0) / 3)
+
+
 def test_a_later_table_without_runs_of_a_method_keeps_the_earlier_results(tmp_path):
     """A table built with a wider --methods than its call ran holds empty cells: they must not replace results."""
     nts = _cells({0: [80.0, 85.0, 90.0, 92.0]})
