@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from units_lightning.backbones import BatchNorm, ConvNet, batch_norm, batch_norm_primitive
+from units_lightning.backbones import BatchNorm, ConvNet
 
 
 def test_batch_norm_equals_the_textbook_formula_with_its_second_derivatives():
@@ -32,46 +32,6 @@ def test_batch_norm_equals_the_textbook_formula_with_its_second_derivatives():
     torch.testing.assert_close(expected[0], gx, rtol=1e-10, atol=1e-12)
     for a, b in zip(expected[1], second, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
-
-
-def _norm_inputs(seed=0, shape=(6, 3, 5, 5)):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(*shape, generator=g, dtype=torch.float64, requires_grad=True)
-    weight = torch.empty(shape[1], dtype=torch.float64).uniform_(0.5, 1.5, generator=g).requires_grad_()
-    bias = torch.randn(shape[1], generator=g, dtype=torch.float64, requires_grad=True)
-    return x, weight, bias
-
-
-def test_the_closed_form_backward_passes_gradcheck_to_second_order():
-    """Its first and second derivatives against finite differences, in x, the weight and the bias."""
-    x, weight, bias = _norm_inputs(shape=(4, 2, 3, 3))
-    fn = lambda x, w, b: batch_norm(x, w, b, 1e-5)  # noqa: E731
-    assert torch.autograd.gradcheck(fn, (x, weight, bias))
-    assert torch.autograd.gradgradcheck(fn, (x, weight, bias))
-
-
-def test_a_vectorised_meta_gradient_through_it_equals_the_primitive_form_in_float64():
-    """MAML's use: an inner gradient step per task under ``torch.func.vmap``, then the gradient of the adapted
-    loss with respect to the initial weights (second order), with the closed form and with autograd of the
-    primitive operations."""
-    from torch.func import grad, vmap
-
-    _, weight, bias = _norm_inputs()
-    g = torch.Generator().manual_seed(1)
-    support, query = (torch.randn(3, 6, 3, 5, 5, generator=g, dtype=torch.float64) for _ in range(2))
-    target = torch.randn(3, 6, 3, 5, 5, generator=g, dtype=torch.float64)
-
-    def meta_gradient(norm):
-        def adapted_loss(w, b, xs, xq, t):
-            inner = grad(lambda w, b: ((norm(xs, w, b, 1e-5) - t) ** 2).mean(), argnums=(0, 1))(w, b)
-            w2, b2 = w - 0.5 * inner[0], b - 0.5 * inner[1]
-            return ((norm(xq, w2, b2, 1e-5) - t) ** 3).mean()
-
-        per_task = vmap(grad(adapted_loss, argnums=(0, 1, 2)), in_dims=(None, None, 0, 0, 0))
-        return per_task(weight, bias, support, query, target)
-
-    for ours, reference in zip(meta_gradient(batch_norm), meta_gradient(batch_norm_primitive), strict=True):
-        torch.testing.assert_close(ours, reference, rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("bn_steps", [1, 3])
