@@ -36,6 +36,7 @@ class RecordRank(Callback):
             "world_size": trainer.world_size,
             "environment": type(trainer.strategy.cluster_environment).__name__,
             "torchrun": {k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK")},
+            "lightning_children": len(getattr(trainer.strategy.launcher, "procs", None) or []),
             "initial": self.initial,
             "weights": weights_digest(pl_module),
             "global_step": trainer.global_step,
@@ -44,3 +45,18 @@ class RecordRank(Callback):
         }
         self.folder.mkdir(parents=True, exist_ok=True)
         (self.folder / f"rank_{trainer.global_rank}.json").write_text(json.dumps(record))
+
+
+class FailOnRank(Callback):
+    """Raise when training starts on global rank ``rank``: a rank that fails while the others train.
+
+    Args:
+        rank: the global rank that fails.
+    """
+
+    def __init__(self, rank: int):
+        self.rank = rank
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.global_rank == self.rank:
+            raise RuntimeError(f"rank {self.rank} fails on purpose")

@@ -131,8 +131,12 @@ def main(argv: list[str] | None = None) -> None:
         if refusal is not None:
             print(refusal, file=sys.stderr)
             sys.exit(2)
+    ranks = _data_parallel_ranks(command, words, argv_given=argv is not None)
+    finished = False
     try:
-        return _dispatch(words, argv is not None, debug)
+        result = _dispatch(words, argv is not None, debug)
+        finished = True
+        return result
     except SystemExit as error:  # Lightning stops at the next step boundary, then exits with status 0: say 143 / 130
         if not _stopped_by_signal(error):
             raise
@@ -152,3 +156,29 @@ def main(argv: list[str] | None = None) -> None:
             raise
         print(errors.format_error(f"units-lightning {command}", shown), file=sys.stderr, flush=True)
         sys.exit(1)
+    finally:
+        if ranks is not None:
+            _end_ranks(ranks, finished)
+
+
+def _data_parallel_ranks(command: str, words: list[str], argv_given: bool) -> Any:
+    """The other ranks of a one-machine data-parallel ``fit``, started before this process imports Lightning
+    (``units_lightning.cli.launch``), or None. Only for a command line (not ``main([...])`` from Python, whose
+    ``sys.argv`` is not the command to repeat)."""
+    if argv_given or command != "fit":
+        return None
+    from units_lightning.cli import launch
+
+    processes = launch.data_parallel_processes(command, words[1:], dict(os.environ))
+    return None if processes is None else launch.start_ranks(processes)
+
+
+def _end_ranks(ranks: Any, finished: bool) -> None:
+    """Rank 0 is done: wait for the other ranks, stopping them first if rank 0 did not finish (they would wait for
+    it in a collective); exit with the first failure among them."""
+    if not finished:
+        ranks.stop(signal.SIGTERM)
+    status = ranks.wait(timeout=None if finished else 60)
+    if finished and status:
+        print(f"units-lightning: another rank of this run ended with status {status}", file=sys.stderr, flush=True)
+        sys.exit(status)

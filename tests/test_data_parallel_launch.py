@@ -1,0 +1,155 @@
+"""``units-lightning fit --trainer.devices N --trainer.strategy ddp`` starts every rank at once, before its imports
+(``units_lightning.cli.launch``), instead of Lightning starting ranks 1..N-1 from inside ``trainer.fit``.
+
+What is decided from the command line, and two real 2-process fits on the CPU (gloo) of the quick start shrunk to
+seconds: one that trains as Lightning's launch does (the same weights on both ranks, both ranks' labels counted,
+Lightning starting no process), one whose rank 1 fails (rank 0 stops and the command fails instead of hanging).
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from tiny_setup import QUICKSTART, REPO, TINY_QUICKSTART
+
+from units_lightning.cli.launch import LAUNCH_ENV, data_parallel_processes
+
+STEPS, TASKS = 6, 4  # the quick start's 4 tasks a step, on each rank
+LAUNCHER_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "NODE_RANK", "RANK", "WORLD_SIZE", "GROUP_RANK")
+
+
+def _config(tmp_path: Path, trainer: dict) -> str:
+    path = tmp_path / f"config{len(list(tmp_path.glob('config*.yaml')))}.yaml"
+    path.write_text(json.dumps({"trainer": trainer}))  # JSON is YAML
+    return str(path)
+
+
+def test_an_integer_device_count_with_ddp_on_one_node_starts_that_many_processes(tmp_path):
+    """From options over the config's values, or from a config alone (the strategy by name or class path)."""
+    config = _config(tmp_path, {"devices": 1, "strategy": "auto"})
+    arguments = ["--config", config, "--trainer.devices", "4", "--trainer.strategy=ddp"]
+    assert data_parallel_processes("fit", arguments, {}) == 4
+    assert data_parallel_processes("fit", ["--config", _config(tmp_path, {"devices": 2, "strategy": "ddp"})], {}) == 2
+    ours = {"devices": "3", "strategy": {"class_path": "units_lightning.strategies.DDPStrategy"}, "num_nodes": 1}
+    assert data_parallel_processes("fit", ["--config", _config(tmp_path, ours)], {}) == 3
+    assert data_parallel_processes("fit", ["--config", config, "--trainer.devices", "4"], {}) is None  # auto
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["--trainer.devices", "1", "--trainer.strategy", "ddp"],
+        ["--trainer.devices", "auto", "--trainer.strategy", "ddp"],
+        ["--trainer.devices", "-1", "--trainer.strategy", "ddp"],
+        ["--trainer.devices", "[0, 1]", "--trainer.strategy", "ddp"],
+        ["--trainer.devices", "2"],  # the config's strategy (auto): Lightning's choice
+        ["--trainer.devices", "2", "--trainer.strategy", "ddp_spawn"],
+        ["--trainer.devices", "2", "--trainer.strategy", "ddp", "--trainer.num_nodes", "2"],
+        ["--trainer.devices", "2", "--trainer.strategy", "ddp", "--print_config"],
+        ["--trainer.devices", "2", "--trainer.strategy", "ddp", "--trainer", '{"devices": 1}'],
+    ],
+)
+def test_anything_else_is_left_to_lightning(arguments):
+    assert data_parallel_processes("fit", ["--config", str(QUICKSTART), *arguments], {}) is None
+
+
+@pytest.mark.parametrize(
+    "environment",
+    [{"LOCAL_RANK": "1"}, {"RANK": "0", "WORLD_SIZE": "2"}, {"SLURM_NTASKS": "4"}, {LAUNCH_ENV: "lightning"}],
+)
+def test_a_process_a_launcher_started_or_that_asks_for_lightnings_launch_starts_none(environment):
+    arguments = ["--config", str(QUICKSTART), "--trainer.devices", "2", "--trainer.strategy", "ddp"]
+    assert data_parallel_processes("fit", arguments, {}) == 2
+    assert data_parallel_processes("fit", arguments, environment) is None
+    assert data_parallel_processes("test", arguments, {}) is None
+
+
+def _fit(folder: Path, *extra: str, environment: dict | None = None, timeout: float = 300) -> tuple[int, str]:
+    """``python -m units_lightning fit`` of the shrunk quick start on 2 CPU processes; its status and output."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "tests"), env.get("PYTHONPATH")]))
+    env.update(OMP_NUM_THREADS="1", UNITS_LIGHTNING_CACHE=str(folder / "cache"), **(environment or {}))
+    command = [
+        *(sys.executable, "-m", "units_lightning", "fit", "--config", str(QUICKSTART)),
+        *("--trainer.devices", "2", "--trainer.strategy", "ddp", "--trainer.accelerator=cpu"),
+        *TINY_QUICKSTART,
+        "--trainer.limit_train_batches=3",
+        f"--trainer.default_root_dir={folder / 'run'}",
+        "--trainer.logger=false",
+        *extra,
+    ]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO, env=env, start_new_session=True
+    )
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        raise AssertionError(f"the 2-process fit ran past {timeout} s (killed):\n{output[-4000:]}") from None
+    return process.returncode, output
+
+
+def _records(folder: Path) -> dict[int, dict]:
+    return {r["global_rank"]: r for r in (json.loads(p.read_text()) for p in folder.glob("rank_*.json"))}
+
+
+needs_gloo = pytest.mark.skipif(
+    not torch.distributed.is_available() or not torch.distributed.is_gloo_available(), reason="needs gloo"
+)
+
+
+@needs_gloo
+@pytest.mark.parametrize("launch", ["units-lightning", "lightning"])
+def test_both_ranks_train_the_same_weights_and_lightning_starts_no_process(tmp_path, launch):
+    """The same fit, with this package's launch and with Lightning's (``UNITS_LIGHTNING_LAUNCH=lightning``): the
+    same outcome, and only the second has a process that Lightning started."""
+    records = tmp_path / "records"
+    environment = {LAUNCH_ENV: "lightning"} if launch == "lightning" else {}
+    status, output = _fit(
+        tmp_path,
+        "--trainer.callbacks+=rank_record.RecordRank",
+        f"--trainer.callbacks.folder={records}",
+        environment=environment,
+    )
+    assert status == 0, output[-4000:]
+    ranks = _records(records)
+    assert set(ranks) == {0, 1}
+    assert ranks[0]["weights"] == ranks[1]["weights"] != ranks[0]["initial"]
+    assert ranks[0]["global_step"] == ranks[1]["global_step"] == STEPS
+    assert ranks[0]["ledger"]["query_sets"] == ranks[1]["ledger"]["query_sets"] == STEPS * 2 * TASKS
+    assert ranks[0]["lightning_children"] == (1 if launch == "lightning" else 0)
+
+
+@needs_gloo
+def test_a_rank_that_fails_fails_the_command_without_leaving_a_process_waiting(tmp_path):
+    status, output = _fit(
+        tmp_path, "--trainer.callbacks+=rank_record.FailOnRank", "--trainer.callbacks.rank=1", timeout=240
+    )
+    assert status != 0, output[-4000:]
+    assert "rank 1 fails on purpose" in output
+
+
+def test_the_other_ranks_start_before_torch_or_lightning_is_imported():
+    """The point of the early launch: the command line reaches ``start_ranks`` with nothing heavy imported."""
+    probe = (
+        "import sys\n"
+        "from units_lightning.cli import launch\n"
+        "heavy = ('torch', 'lightning', 'jsonargparse')\n"
+        "def start_ranks(processes):\n"
+        "    print('processes', processes, 'imported', [m for m in heavy if m in sys.modules], flush=True)\n"
+        "    raise SystemExit(0)\n"
+        "launch.start_ranks = start_ranks\n"
+        "from units_lightning.cli.dispatch import main\n"
+        f"sys.argv = ['units-lightning', 'fit', '--config', {str(QUICKSTART)!r}, '--trainer.devices', '2',\n"
+        "            '--trainer.strategy', 'ddp']\n"
+        "main()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
+    assert "processes 2 imported []" in done.stdout, done.stdout + done.stderr
