@@ -8,14 +8,13 @@ Lightning starting no process), one whose rank 1 fails (rank 0 stops and the com
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from tiny_setup import QUICKSTART, REPO, TINY_QUICKSTART
+from tiny_setup import QUICKSTART, REPO, TINY_QUICKSTART, finish_or_kill
 
 from units_lightning.cli.launch import LAUNCH_ENV, data_parallel_processes
 
@@ -86,12 +85,7 @@ def _fit(folder: Path, *extra: str, environment: dict | None = None, timeout: fl
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO, env=env, start_new_session=True
     )
-    try:
-        output, _ = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate()
-        raise AssertionError(f"the 2-process fit ran past {timeout} s (killed):\n{output[-4000:]}") from None
+    output, _ = finish_or_kill(process, timeout, "the 2-process fit")
     return process.returncode, output
 
 

@@ -75,6 +75,18 @@ def tiny_trainer(tmp_path: Path, **kwargs) -> pl.Trainer:
     return pl.Trainer(**options)
 
 
+def finish_or_kill(process: subprocess.Popen, timeout: float, what: str) -> tuple[str, str]:
+    """The (stdout, stderr) of ``process``, started in its own session, once it ends; past ``timeout`` seconds its
+    whole process group is killed (a rank left waiting in a collective would outlive the test) and the test fails
+    with the end of its output."""
+    try:
+        return process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        raise AssertionError(f"{what} ran past {timeout} s (killed):\n{(stderr or stdout or '')[-4000:]}") from None
+
+
 def run_two_rank_script(tmp_path: Path, script: str, timeout: float = 300) -> dict[int, dict]:
     """Run a two-process DDP script (``{tests}`` is replaced by this folder) and read each rank's result.
 
@@ -96,12 +108,7 @@ def run_two_rank_script(tmp_path: Path, script: str, timeout: float = 300) -> di
         env=env,
         start_new_session=True,
     )
-    try:
-        _, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        _, stderr = process.communicate()
-        raise AssertionError(f"the two-rank script ran past {timeout} s (killed):\n{stderr[-3000:]}") from None
+    _, stderr = finish_or_kill(process, timeout, "the two-rank script")
     assert process.returncode == 0, stderr[-3000:]
     results = {r["rank"]: r for r in (json.loads(p.read_text()) for p in tmp_path.glob("result_*.json"))}
     assert set(results) == {0, 1}
