@@ -51,6 +51,7 @@ def test_an_integer_device_count_with_ddp_on_one_node_starts_that_many_processes
         ["--trainer.devices", "2", "--trainer.strategy", "ddp", "--trainer.num_nodes", "2"],
         ["--trainer.devices", "2", "--trainer.strategy", "ddp", "--print_config"],
         ["--trainer.devices", "2", "--trainer.strategy", "ddp", "--trainer", '{"devices": 1}'],
+        ["--trainer.devices", "2", "--trainer.strategy", "ddp", "--config", "{trainer: {devices: 1}}"],
     ],
 )
 def test_anything_else_is_left_to_lightning(arguments):

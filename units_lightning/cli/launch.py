@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from units_lightning.cli.config_sources import command_sources
+from units_lightning.cli.preflight import config_values
 
 __all__ = ["LAUNCH_ENV", "Ranks", "data_parallel_processes", "start_ranks"]
 
@@ -45,7 +46,9 @@ DDP = frozenset({"ddp", "units_lightning.strategies.DDPStrategy", "lightning.pyt
 
 def _trainer_settings(arguments: Sequence[str]) -> dict[str, Any] | None:
     """``trainer.devices``, ``strategy``, ``num_nodes`` as the config files and options set them, later over
-    earlier; None where the trainer comes in a form not read here (a whole ``--trainer`` value)."""
+    earlier; None where they may come in a form not read here (a whole ``--trainer`` value, an inline config)."""
+    if any(not os.path.isfile(value) for value in config_values(arguments)):
+        return None  # a config given inline (YAML on the command line): not read here
     settings: dict[str, Any] = {}
     for kind, source in command_sources(arguments):
         if kind == "config":

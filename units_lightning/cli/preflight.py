@@ -12,7 +12,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["FULL_HELP_FLAG", "LIGHTNING_COMMANDS", "config_refusal", "full_help_words", "short_help"]
+__all__ = ["FULL_HELP_FLAG", "LIGHTNING_COMMANDS", "config_refusal", "config_values", "full_help_words", "short_help"]
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
 FULL_HELP_FLAG = "--help-full"
@@ -141,7 +141,7 @@ def full_help_words(words: Sequence[str]) -> list[str]:
 def config_refusal(command: str, arguments: Sequence[str]) -> str | None:
     """The paragraph that refuses a ``--config`` file that does not exist, or None when every one does (or
     is a YAML string, which jsonargparse reads as a config)."""
-    for value in _config_values(arguments):
+    for value in config_values(arguments):
         if os.path.isfile(value) or not _names_a_file(value):
             continue
         path = Path(value)
@@ -159,7 +159,7 @@ def config_refusal(command: str, arguments: Sequence[str]) -> str | None:
     return None
 
 
-def _config_values(arguments: Sequence[str]) -> list[str]:
+def config_values(arguments: Sequence[str]) -> list[str]:
     """The values of ``--config`` / ``-c`` in a command line."""
     values = []
     for index, word in enumerate(arguments):
