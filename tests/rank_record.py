@@ -4,6 +4,8 @@ that each rank leaves what it ended with: its place, its weights' digest, its st
 import hashlib
 import json
 import os
+import signal
+import time
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -60,3 +62,28 @@ class FailOnRank(Callback):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.global_rank == self.rank:
             raise RuntimeError(f"rank {self.rank} fails on purpose")
+
+
+class SigkillRankZero(Callback):
+    """Write each rank's process id into ``folder`` when training starts; at optimizer step ``step`` kill rank 0 with
+    SIGKILL (no chance to clean up, as the OOM killer) while the other ranks sleep for a minute, as a rank blocked in
+    a collective that never hears of it (NCCL's wait; gloo's would notice the closed connection).
+
+    Args:
+        folder: where ``pid_<global rank>`` files go.
+        step: the step at which rank 0 is killed.
+    """
+
+    def __init__(self, folder: str, step: int = 2):
+        self.folder, self.step = Path(folder), step
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        (self.folder / f"pid_{trainer.global_rank}").write_text(str(os.getpid()))
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            if trainer.global_rank == 0:
+                time.sleep(1.0)  # the other ranks are asleep by now
+                os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(60.0)

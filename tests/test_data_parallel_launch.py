@@ -8,8 +8,10 @@ Lightning starting no process), one whose rank 1 fails (rank 0 stops and the com
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -148,3 +150,27 @@ def test_the_other_ranks_start_before_torch_or_lightning_is_imported():
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
     assert "processes 2 imported []" in done.stdout, done.stdout + done.stderr
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+@needs_gloo
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's parent-death signal is Linux's")
+def test_no_rank_outlives_a_rank_zero_that_is_killed(tmp_path):
+    """Rank 0 killed with SIGKILL (as by the OOM killer) while rank 1 is busy and would not notice: rank 1 ends
+    with it within seconds, instead of sleeping its minute (or, on NCCL, waiting in a collective until the process
+    group's timeout)."""
+    pids, started = tmp_path / "pids", time.monotonic()
+    status, output = _fit(
+        tmp_path, "--trainer.callbacks+=rank_record.SigkillRankZero", f"--trainer.callbacks.folder={pids}", timeout=240
+    )
+    ended = time.monotonic() - started  # the output ends when the last rank holding it ends
+    assert status == -signal.SIGKILL, output[-4000:]
+    assert not _alive(int((pids / "pid_1").read_text()))
+    assert ended < 45, f"rank 1 outlived rank 0: the command's output ended after {ended:.0f} s (rank 1 sleeps 60 s)"

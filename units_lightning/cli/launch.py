@@ -10,8 +10,8 @@ config files and options, in the order jsonargparse reads them) therefore starts
 the dispatcher, with the environment Lightning's launcher gives them (``MASTER_ADDR``, ``MASTER_PORT``,
 ``NODE_RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``). This process then carries ``LOCAL_RANK=0``, so Lightning takes the
 processes as created outside it and starts none. As with Lightning's launcher, a thread watches the other ranks and
-stops every rank when one fails; in addition this process stops them if it fails itself, and at the end waits for
-them and exits with the first failure among them.
+stops every rank when one fails; in addition this process stops them if it fails itself, at the end waits for them
+and exits with the first failure among them, and on Linux they end with it however it ends (killed too).
 
 Everything else is left to Lightning: other device counts ("auto", -1, lists), other strategies, several nodes, a
 process that a launcher already started (torchrun, SLURM, Lightning's own children), ``--print_config``, and any run
@@ -161,6 +161,14 @@ class Ranks:
         return next((process.returncode for process in self.processes if process.returncode), 0)
 
 
+def _end_with_rank_zero() -> None:
+    """Run in each new rank before its command (Linux): the kernel kills it when rank 0 ends, however rank 0 ends
+    (the OOM killer's SIGKILL included), so that no rank is left waiting in a collective for a rank 0 that is gone."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 def start_ranks(processes: int) -> Ranks:
     """Start ranks 1 to ``processes`` - 1 as copies of this command, and make this process rank 0."""
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -170,5 +178,6 @@ def start_ranks(processes: int) -> Ranks:
     children = []
     for local_rank in range(1, processes):
         environment = {**os.environ, "LOCAL_RANK": str(local_rank)}
-        children.append(subprocess.Popen(command, env=environment))
+        on_linux = _end_with_rank_zero if sys.platform.startswith("linux") else None
+        children.append(subprocess.Popen(command, env=environment, preexec_fn=on_linux))  # noqa: PLW1509 (no threads yet)
     return Ranks(children)
