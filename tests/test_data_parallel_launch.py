@@ -7,7 +7,6 @@ Lightning starting no process), one whose rank 1 fails (rank 0 stops and the com
 """
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,12 +15,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_setup import QUICKSTART, REPO, TINY_QUICKSTART, finish_or_kill
+from tiny_setup import QUICKSTART, REPO, TINY_QUICKSTART, cli_environment, finish_or_kill, unlaunched_environment
 
 from units_lightning.cli.launch import LAUNCH_ENV, data_parallel_processes
 
 STEPS, TASKS = 6, 4  # the quick start's 4 tasks a step, on each rank
-LAUNCHER_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "NODE_RANK", "RANK", "WORLD_SIZE", "GROUP_RANK")
 
 
 def _config(tmp_path: Path, trainer: dict) -> str:
@@ -73,9 +71,7 @@ def test_a_process_a_launcher_started_or_that_asks_for_lightnings_launch_starts_
 
 def _fit(folder: Path, *extra: str, environment: dict | None = None, timeout: float = 300) -> tuple[int, str]:
     """``python -m units_lightning fit`` of the shrunk quick start on 2 CPU processes; its status and output."""
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "tests"), env.get("PYTHONPATH")]))
-    env.update(OMP_NUM_THREADS="1", UNITS_LIGHTNING_CACHE=str(folder / "cache"), **(environment or {}))
+    env = {**cli_environment(folder / "cache"), **(environment or {})}
     command = [
         *(sys.executable, "-m", "units_lightning", "fit", "--config", str(QUICKSTART)),
         *("--trainer.devices", "2", "--trainer.strategy", "ddp", "--trainer.accelerator=cpu"),
@@ -147,7 +143,7 @@ def test_the_other_ranks_start_before_torch_or_lightning_is_imported():
         "            '--trainer.strategy', 'ddp']\n"
         "main()\n"
     )
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+    env = unlaunched_environment()
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
     assert "processes 2 imported []" in done.stdout, done.stdout + done.stderr
 

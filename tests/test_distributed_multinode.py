@@ -17,12 +17,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_setup import QUICKSTART, REPO, TINY_QUICKSTART
+from tiny_setup import QUICKSTART, REPO, TINY_QUICKSTART, cli_environment
 
 from units_lightning.evaluation.checkpoints import load_checkpoint
 
 STEPS, TASKS, QUERY_IMAGES_PER_SET, SUPPORT_IMAGES_PER_TASK = 6, 4, 5, 5  # the quick start's 5-way 1-shot, 4 tasks
-LAUNCHER_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "NODE_RANK", "RANK", "WORLD_SIZE", "GROUP_RANK")
 
 
 def free_port() -> int:
@@ -61,9 +60,7 @@ def nodes(tmp_path_factory):
     if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
         pytest.skip("torch.distributed with gloo unavailable")
     folder = tmp_path_factory.mktemp("multinode")
-    environment = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
-    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "tests"), environment.get("PYTHONPATH")]))
-    environment.update(OMP_NUM_THREADS="1", UNITS_LIGHTNING_CACHE=str(folder / "cache"))
+    environment = cli_environment(folder / "cache")
     port, records = free_port(), folder / "records"
     processes = []
     for node_rank in (0, 1):

@@ -75,6 +75,25 @@ def tiny_trainer(tmp_path: Path, **kwargs) -> pl.Trainer:
     return pl.Trainer(**options)
 
 
+LAUNCHER_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "NODE_RANK", "RANK", "WORLD_SIZE")
+LAUNCHER_VARIABLES += ("GROUP_RANK", "SLURM_NTASKS")  # torchrun's group, SLURM's task count
+"""What an enclosing launch (torchrun, SLURM, Lightning) sets: left out of what a test's own processes inherit."""
+
+
+def unlaunched_environment() -> dict[str, str]:
+    """This process's environment without ``LAUNCHER_VARIABLES``: a process a test starts begins as from a shell."""
+    return {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+
+
+def cli_environment(cache: Path) -> dict[str, str]:
+    """``unlaunched_environment`` for a ``units_lightning`` command a test starts: ``tests`` importable (for its
+    callbacks), one thread per process, the decoded-image cache in ``cache``."""
+    environment = unlaunched_environment()
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "tests"), environment.get("PYTHONPATH")]))
+    environment.update(OMP_NUM_THREADS="1", UNITS_LIGHTNING_CACHE=str(cache))
+    return environment
+
+
 def finish_or_kill(process: subprocess.Popen, timeout: float, what: str) -> tuple[str, str]:
     """The (stdout, stderr) of ``process``, started in its own session, once it ends; past ``timeout`` seconds its
     whole process group is killed (a rank left waiting in a collective would outlive the test) and the test fails
@@ -97,8 +116,7 @@ def run_two_rank_script(tmp_path: Path, script: str, timeout: float = 300) -> di
     """
     path = tmp_path / "ddp_script.py"
     path.write_text(script.format(tests=str(REPO / "tests")))
-    launcher = ("MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "NODE_RANK", "RANK", "WORLD_SIZE", "SLURM_NTASKS")
-    env = {k: v for k, v in os.environ.items() if k not in launcher}
+    env = unlaunched_environment()
     process = subprocess.Popen(
         [sys.executable, str(path)],
         stdout=subprocess.PIPE,

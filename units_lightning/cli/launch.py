@@ -42,6 +42,8 @@ LAUNCHED = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "SLUR
 """Any of these: a launcher (torchrun, SLURM, Lightning, this module) started this process; it starts no other."""
 
 DDP = frozenset({"ddp", "units_lightning.strategies.DDPStrategy", "lightning.pytorch.strategies.DDPStrategy"})
+SETTINGS = ("devices", "strategy", "num_nodes")
+"""The trainer settings that decide the launch."""
 
 
 def _trainer_settings(arguments: Sequence[str]) -> dict[str, Any] | None:
@@ -54,14 +56,13 @@ def _trainer_settings(arguments: Sequence[str]) -> dict[str, Any] | None:
         if kind == "config":
             trainer = source.get("trainer") if isinstance(source, dict) else None
             if isinstance(trainer, dict):
-                settings.update({k: trainer[k] for k in ("devices", "strategy", "num_nodes") if k in trainer})
+                settings.update({k: trainer[k] for k in SETTINGS if k in trainer})
         else:
             key, value = source
             if key == "trainer":
                 return None
-            name = key.removeprefix("trainer.")
-            if key.startswith("trainer.") and name in ("devices", "strategy", "num_nodes"):
-                settings[name] = value
+            if key.startswith("trainer.") and key.removeprefix("trainer.") in SETTINGS:
+                settings[key.removeprefix("trainer.")] = value
     return settings
 
 
@@ -175,9 +176,9 @@ def start_ranks(processes: int) -> Ranks:
     os.environ.setdefault("MASTER_PORT", str(_free_port()))
     os.environ.update(NODE_RANK="0", LOCAL_RANK="0", WORLD_SIZE=str(processes))
     command = _this_command()
-    children = []
-    for local_rank in range(1, processes):
-        environment = {**os.environ, "LOCAL_RANK": str(local_rank)}
-        on_linux = _end_with_rank_zero if sys.platform.startswith("linux") else None
-        children.append(subprocess.Popen(command, env=environment, preexec_fn=on_linux))  # noqa: PLW1509 (no threads yet)
+    before = _end_with_rank_zero if sys.platform.startswith("linux") else None
+    children = [
+        subprocess.Popen(command, env={**os.environ, "LOCAL_RANK": str(rank)}, preexec_fn=before)  # noqa: PLW1509 (no threads yet)
+        for rank in range(1, processes)
+    ]
     return Ranks(children)
