@@ -170,3 +170,42 @@ def test_no_rank_outlives_a_rank_zero_that_is_killed(tmp_path):
     assert status == -signal.SIGKILL, output[-4000:]
     assert not _alive(int((pids / "pid_1").read_text()))
     assert ended < 45, f"rank 1 outlived rank 0: the command's output ended after {ended:.0f} s (rank 1 sleeps 60 s)"
+
+
+class _RanksRecordingTheGroup:
+    """Stands in for ``launch.Ranks``: notes whether this process still had a process group when rank 0 waited."""
+
+    def __init__(self):
+        self.group_while_waiting = None
+        self.stopped = False
+
+    def stop(self, signum):
+        self.stopped = True
+
+    def wait(self, timeout=None):
+        self.group_while_waiting = torch.distributed.is_initialized()
+        return 0
+
+
+def test_rank_zero_destroys_its_process_group_before_it_waits_for_the_other_ranks():
+    """With NCCL the group's teardown is collective and the other ranks reach theirs at exit: a rank 0 that waited
+    for them with its group alive could wait for ever. A rank 0 that failed stops them instead (and keeps it)."""
+    from units_lightning.cli.dispatch import _end_ranks
+
+    store = torch.distributed.HashStore()
+    torch.distributed.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        ranks = _RanksRecordingTheGroup()
+        _end_ranks(ranks, finished=True)
+        assert ranks.group_while_waiting is False and not ranks.stopped
+        assert not torch.distributed.is_initialized()
+    finally:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+    torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0, world_size=1)
+    try:
+        ranks = _RanksRecordingTheGroup()
+        _end_ranks(ranks, finished=False)
+        assert ranks.stopped and ranks.group_while_waiting is True
+    finally:
+        torch.distributed.destroy_process_group()
