@@ -209,3 +209,14 @@ def test_rank_zero_destroys_its_process_group_before_it_waits_for_the_other_rank
         assert ranks.stopped and ranks.group_while_waiting is True
     finally:
         torch.distributed.destroy_process_group()
+
+
+def test_a_rank_that_does_not_end_is_killed_and_named_after_the_wait(capfd):
+    """A finished rank 0 waits a bounded time: a rank stuck at exit fails the command instead of holding it."""
+    from units_lightning.cli.launch import Ranks
+
+    stuck = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    started = time.monotonic()
+    status = Ranks([stuck], poll_seconds=30).wait(timeout=1)
+    assert status == -signal.SIGKILL and time.monotonic() - started < 20
+    assert "rank 1 had not ended 1 s after rank 0; killing it" in capfd.readouterr().err

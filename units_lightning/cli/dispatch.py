@@ -181,11 +181,13 @@ def _end_ranks(ranks: Any, finished: bool) -> None:
     rank's ``ncclCommAbort``), and the other ranks reach theirs at exit (Lightning's atexit handler), so a rank 0 that
     kept its group while it waited for them could wait for ever (the likely cause of a 2-H200 fit whose summary was
     printed and whose command was still running 20 s later, when it was stopped)."""
+    from units_lightning.cli.launch import AFTER_RANK_ZERO_S
+
     if finished:
         _destroy_process_group()
     else:
         ranks.stop(signal.SIGTERM)
-    status = ranks.wait(timeout=None if finished else 60)
+    status = ranks.wait(timeout=AFTER_RANK_ZERO_S if finished else 60)
     if finished and status:
         print(f"units-lightning: another rank of this run ended with status {status}", file=sys.stderr, flush=True)
         sys.exit(status)

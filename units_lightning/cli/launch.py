@@ -10,8 +10,9 @@ config files and options, in the order jsonargparse reads them) therefore starts
 the dispatcher, with the environment Lightning's launcher gives them (``MASTER_ADDR``, ``MASTER_PORT``,
 ``NODE_RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``). This process then carries ``LOCAL_RANK=0``, so Lightning takes the
 processes as created outside it and starts none. As with Lightning's launcher, a thread watches the other ranks and
-stops every rank when one fails; in addition this process stops them if it fails itself, at the end waits for them
-and exits with the first failure among them, and on Linux they end with it however it ends (killed too).
+stops every rank when one fails; in addition this process stops them if it fails itself, at the end destroys its
+process group (NCCL's teardown is collective), waits for them (killing any still running ``AFTER_RANK_ZERO_S``
+later) and exits with the first failure among them, and on Linux they end with it however it ends (killed too).
 
 Everything else is left to Lightning: other device counts ("auto", -1, lists), other strategies, several nodes, a
 process that a launcher already started (torchrun, SLURM, Lightning's own children), ``--print_config``, and any run
@@ -33,7 +34,7 @@ from typing import Any
 from units_lightning.cli.config_sources import command_sources
 from units_lightning.cli.preflight import config_values
 
-__all__ = ["LAUNCH_ENV", "Ranks", "data_parallel_processes", "start_ranks"]
+__all__ = ["AFTER_RANK_ZERO_S", "LAUNCH_ENV", "Ranks", "data_parallel_processes", "start_ranks"]
 
 LAUNCH_ENV = "UNITS_LIGHTNING_LAUNCH"
 """Set to ``lightning`` to let Lightning start the ranks as it does by default."""
@@ -44,6 +45,10 @@ LAUNCHED = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "SLUR
 DDP = frozenset({"ddp", "units_lightning.strategies.DDPStrategy", "lightning.pytorch.strategies.DDPStrategy"})
 SETTINGS = ("devices", "strategy", "num_nodes")
 """The trainer settings that decide the launch."""
+
+AFTER_RANK_ZERO_S = 300.0
+"""How long a finished rank 0 waits for the other ranks (they finished the same fit) before it kills them: a rank
+stuck at exit fails the command loudly instead of holding it for ever."""
 
 
 def _trainer_settings(arguments: Sequence[str]) -> dict[str, Any] | None:
@@ -149,14 +154,20 @@ class Ranks:
                 process.send_signal(signum)
 
     def wait(self, timeout: float | None = None) -> int:
-        """Wait for every rank (at most ``timeout`` seconds, then kill what is left); the first nonzero status, or 0."""
+        """Wait for every rank (at most ``timeout`` seconds, then kill what is left, saying so); the first nonzero
+        status, or 0."""
         self._stopped.set()
         deadline = None if timeout is None else time.monotonic() + timeout
-        for process in self.processes:
+        for rank, process in enumerate(self.processes, start=1):
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
                 process.wait(left)
             except subprocess.TimeoutExpired:
+                print(
+                    f"units-lightning: rank {rank} had not ended {timeout:.0f} s after rank 0; killing it",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 process.kill()
                 process.wait()
         return next((process.returncode for process in self.processes if process.returncode), 0)
