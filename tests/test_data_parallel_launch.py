@@ -17,7 +17,7 @@ import pytest
 import torch
 from tiny_setup import QUICKSTART, REPO, TINY_QUICKSTART, cli_environment, finish_or_kill, unlaunched_environment
 
-from units_lightning.cli.launch import LAUNCH_ENV, data_parallel_processes
+from units_lightning.cli.launch import LAUNCH_ENV, Ranks, data_parallel_processes
 
 STEPS, TASKS = 6, 4  # the quick start's 4 tasks a step, on each rank
 
@@ -172,14 +172,15 @@ def test_no_rank_outlives_a_rank_zero_that_is_killed(tmp_path):
     assert ended < 45, f"rank 1 outlived rank 0: the command's output ended after {ended:.0f} s (rank 1 sleeps 60 s)"
 
 
-class _RanksRecordingTheGroup:
-    """Stands in for ``launch.Ranks``: notes whether this process still had a process group when rank 0 waited."""
+class _RanksRecordingTheGroup(Ranks):
+    """``launch.Ranks`` with no processes: notes whether this process still had a process group when rank 0 waited."""
 
     def __init__(self):
+        super().__init__([])
         self.group_while_waiting = None
         self.stopped = False
 
-    def stop(self, signum):
+    def stop(self, signum=signal.SIGTERM):
         self.stopped = True
 
     def wait(self, timeout=None):
@@ -190,13 +191,11 @@ class _RanksRecordingTheGroup:
 def test_rank_zero_destroys_its_process_group_before_it_waits_for_the_other_ranks():
     """With NCCL the group's teardown is collective and the other ranks reach theirs at exit: a rank 0 that waited
     for them with its group alive could wait for ever. A rank 0 that failed stops them instead (and keeps it)."""
-    from units_lightning.cli.dispatch import _end_ranks
-
     store = torch.distributed.HashStore()
     torch.distributed.init_process_group("gloo", store=store, rank=0, world_size=1)
     try:
         ranks = _RanksRecordingTheGroup()
-        _end_ranks(ranks, finished=True)
+        ranks.end(finished=True)
         assert ranks.group_while_waiting is False and not ranks.stopped
         assert not torch.distributed.is_initialized()
     finally:
@@ -205,7 +204,7 @@ def test_rank_zero_destroys_its_process_group_before_it_waits_for_the_other_rank
     torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0, world_size=1)
     try:
         ranks = _RanksRecordingTheGroup()
-        _end_ranks(ranks, finished=False)
+        ranks.end(finished=False)
         assert ranks.stopped and ranks.group_while_waiting is True
     finally:
         torch.distributed.destroy_process_group()
@@ -213,8 +212,6 @@ def test_rank_zero_destroys_its_process_group_before_it_waits_for_the_other_rank
 
 def test_a_rank_that_does_not_end_is_killed_and_named_after_the_wait(capfd):
     """A finished rank 0 waits a bounded time: a rank stuck at exit fails the command instead of holding it."""
-    from units_lightning.cli.launch import Ranks
-
     stuck = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     started = time.monotonic()
     status = Ranks([stuck], poll_seconds=30).wait(timeout=1)

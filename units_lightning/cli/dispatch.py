@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(1)
     finally:
         if ranks is not None:
-            _end_ranks(ranks, finished)
+            ranks.end(finished)
 
 
 def _data_parallel_ranks(command: str, words: list[str], argv_given: bool) -> Any:
@@ -171,30 +171,3 @@ def _data_parallel_ranks(command: str, words: list[str], argv_given: bool) -> An
 
     processes = launch.data_parallel_processes(command, words[1:], dict(os.environ))
     return None if processes is None else launch.start_ranks(processes)
-
-
-def _end_ranks(ranks: Any, finished: bool) -> None:
-    """Rank 0 is done: wait for the other ranks, stopping them first if rank 0 did not finish (they would wait for
-    it in a collective); exit with the first failure among them.
-
-    A rank that finished destroys its process group before it waits: with NCCL the teardown is collective (each
-    rank's ``ncclCommAbort``), and the other ranks reach theirs at exit (Lightning's atexit handler), so a rank 0 that
-    kept its group while it waited for them could wait for ever (the likely cause of a 2-H200 fit whose summary was
-    printed and whose command was still running 20 s later, when it was stopped)."""
-    from units_lightning.cli.launch import AFTER_RANK_ZERO_S
-
-    if finished:
-        _destroy_process_group()
-    else:
-        ranks.stop(signal.SIGTERM)
-    status = ranks.wait(timeout=AFTER_RANK_ZERO_S if finished else 60)
-    if finished and status:
-        print(f"units-lightning: another rank of this run ended with status {status}", file=sys.stderr, flush=True)
-        sys.exit(status)
-
-
-def _destroy_process_group() -> None:
-    """This process's default process group destroyed, if it has one (torch imported and a group initialised)."""
-    distributed = sys.modules.get("torch.distributed")
-    if distributed is not None and distributed.is_available() and distributed.is_initialized():
-        distributed.destroy_process_group()

@@ -172,6 +172,30 @@ class Ranks:
                 process.wait()
         return next((process.returncode for process in self.processes if process.returncode), 0)
 
+    def end(self, finished: bool) -> None:
+        """Rank 0 is done: wait for the other ranks, stopping them first if rank 0 did not finish (they would wait
+        for it in a collective); exit with the first failure among them.
+
+        A rank 0 that finished destroys its process group before it waits: with NCCL the teardown is collective (each
+        rank's ``ncclCommAbort``), and the other ranks reach theirs at exit (Lightning's atexit handler), so a rank 0
+        that kept its group while it waited for them could wait for ever (the likely cause of a 2-H200 fit whose
+        summary was printed and whose command was still running 20 s later, when it was stopped)."""
+        if finished:
+            _destroy_process_group()
+        else:
+            self.stop(signal.SIGTERM)
+        status = self.wait(timeout=AFTER_RANK_ZERO_S if finished else 60)
+        if finished and status:
+            print(f"units-lightning: another rank of this run ended with status {status}", file=sys.stderr, flush=True)
+            sys.exit(status)
+
+
+def _destroy_process_group() -> None:
+    """This process's default process group destroyed, if it has one (torch imported and a group initialised)."""
+    distributed = sys.modules.get("torch.distributed")
+    if distributed is not None and distributed.is_available() and distributed.is_initialized():
+        distributed.destroy_process_group()
+
 
 def _end_with_rank_zero() -> None:
     """Run in each new rank before its command (Linux): the kernel kills it when rank 0 ends, however rank 0 ends
