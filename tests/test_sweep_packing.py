@@ -103,6 +103,27 @@ def test_each_gpu_runs_k_at_once_every_run_once_and_a_failure_is_named(tmp_path,
     assert failed["budget_omniglot_5w1s / Units-NTS / seed 1"].startswith("failed: fit exited with 1, see ")
 
 
+def test_each_run_gets_its_share_of_the_cores_for_its_threads_and_its_compile_workers(tmp_path, monkeypatch):
+    record = "import os, sys; open(sys.argv[1], 'a').write(os.environ['OMP_NUM_THREADS'] + ' ' + "
+    record += "os.environ['TORCHINDUCTOR_COMPILE_THREADS'] + '\\n')"
+    monkeypatch.setattr(
+        launcher, "fit_command", lambda run, options: [sys.executable, "-c", record, str(run.folder / "threads")]
+    )
+    monkeypatch.setattr(launcher, "targets_of", lambda config: [])
+    monkeypatch.setattr(launcher.os, "cpu_count", lambda: 64)
+    for name in ("OMP_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+
+    def threads(folder):  # what each run's command saw, on 2 GPUs x 3: 6 places
+        options, runs = _runs(folder, seeds=(0,))
+        launcher.run_grid(runs, options, gpus=["0", "1"], per_gpu=3, report=lambda message: None)
+        return [(run.folder / "threads").read_text() for run in runs]
+
+    assert threads(tmp_path / "a") == ["10 10\n"] * 3
+    monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "2")  # the user's own setting is kept
+    assert threads(tmp_path / "b") == ["10 2\n"] * 3
+
+
 def test_the_command_line_prints_the_packing_and_runs_per_gpu_hour(tmp_path, monkeypatch, capsys):
     options, runs = _runs(tmp_path, seeds=(0,))  # 3 runs on 3 GPUs x 1; the first already done
     done_before = runs[0]

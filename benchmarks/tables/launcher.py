@@ -332,7 +332,11 @@ def run_grid(
     """
     places = slots(gpus, per_gpu, parallel)
     environment = dict(os.environ)
-    environment.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // len(places))))
+    share = str(max(1, (os.cpu_count() or 1) // len(places)))  # each place's share of the host's cores
+    environment.setdefault("OMP_NUM_THREADS", share)
+    # a compiled run (``capture: compile``) builds its kernels in a pool of processes as large as the host's cores (up
+    # to 32): 12 runs compiling at once on 64 cores would start 384 of them
+    environment.setdefault("TORCHINDUCTOR_COMPILE_THREADS", share)
     environment.setdefault("WANDB_MODE", "offline")
     daemon = contextlib.ExitStack()
     if mps:
