@@ -280,6 +280,19 @@ def test_the_output_is_one_line_per_validation_then_the_files_written(tmp_path, 
     assert f"units-lightning report {tmp_path}" in written
 
 
+def test_without_validation_the_next_command_tests_the_last_checkpoint_which_exists(tmp_path, capsys):
+    run_cli(
+        f"--trainer.default_root_dir={tmp_path}",
+        "--trainer.logger=false",
+        "--trainer.limit_train_batches=3",
+        "--trainer.limit_val_batches=0",
+    )
+    written = capsys.readouterr().out.split(f"written to {tmp_path}")[1]
+    assert "best by val/acc" not in written
+    (next_test,) = [line for line in written.splitlines() if line.startswith("next: units-lightning test ")]
+    assert next_test.endswith(" --ckpt_path last") and (tmp_path / "checkpoints" / "last.ckpt").is_file()
+
+
 def test_progress_steps_brings_back_lightnings_bar(tmp_path):
     common = [f"--trainer.default_root_dir={tmp_path}", "--trainer.logger=false", "--trainer.fast_dev_run=true"]
     cli = run_cli(*common, "--trainer.enable_progress_bar=true", "--progress=steps")

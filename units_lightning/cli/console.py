@@ -150,7 +150,9 @@ def written_files(folder: Path, summary: dict[str, Any], logger: Any, options: l
         elif getattr(run, "url", None):
             lines.append(f"  W&B run {run.url}")
     given = shlex.join(options) if options else "--config <the same config>"
-    lines.append(f"next: units-lightning test {given} --ckpt_path best")
+    # without validation (--trainer.limit_val_batches 0) no checkpoint is best by val/acc: the test takes the last
+    checkpoint = "best" if "best" in summary.get("checkpoints", {}) else "last"
+    lines.append(f"next: units-lightning test {given} --ckpt_path {checkpoint}")
     lines.append(f"      units-lightning report {shlex.quote(str(folder))}")
     return "\n".join(lines)
 
