@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -281,13 +282,18 @@ def test_the_output_is_one_line_per_validation_then_the_files_written(tmp_path, 
 
 
 def test_without_validation_the_next_command_tests_the_last_checkpoint_which_exists(tmp_path, capsys):
-    run_cli(
-        f"--trainer.default_root_dir={tmp_path}",
-        "--trainer.logger=false",
-        "--trainer.limit_train_batches=3",
-        "--trainer.limit_val_batches=0",
-    )
-    written = capsys.readouterr().out.split(f"written to {tmp_path}")[1]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run_cli(
+            f"--trainer.default_root_dir={tmp_path}",
+            "--trainer.logger=false",
+            "--trainer.limit_train_batches=3",
+            "--trainer.limit_val_batches=0",
+        )
+    assert not [w for w in caught if "could not find the monitored key" in str(w.message)]  # Lightning's, per epoch
+    out = capsys.readouterr().out
+    assert "validation is off (--trainer.limit_val_batches 0): no checkpoint is kept by val/acc\n" in out
+    written = out.split(f"written to {tmp_path}")[1]
     assert "best by val/acc" not in written
     (next_test,) = [line for line in written.splitlines() if line.startswith("next: units-lightning test ")]
     assert next_test.endswith(" --ckpt_path last") and (tmp_path / "checkpoints" / "last.ckpt").is_file()

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from jsonargparse import Namespace
 from lightning.fabric.plugins import TorchCheckpointIO
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
@@ -235,6 +236,8 @@ class UnitsCLI(LightningCLI):
     def before_fit(self) -> None:
         if type(self.trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # not one the config chose
             self.trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        if self.trainer.limit_val_batches == 0:
+            drop_validation_checkpoints(self.trainer)
 
     def after_fit(self) -> None:
         """Print the summary ``SummaryWriter`` wrote and the run's files, or that a resumed run had nothing to
@@ -288,3 +291,19 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> UnitsCLI:
         save_config_kwargs={"overwrite": True},
         trainer_defaults={"inference_mode": False},
     )
+
+
+def drop_validation_checkpoints(trainer: Any) -> None:
+    """Without validation (``--trainer.limit_val_batches 0``) a ``ModelCheckpoint`` that ranks by a ``val/`` value
+    never has one: Lightning would warn at every epoch's end and write nothing. Take it out and say so once; the
+    checkpoints without a monitor (``last.ckpt``, the label milestones) are kept."""
+    dropped = [
+        callback
+        for callback in trainer.callbacks
+        if isinstance(callback, ModelCheckpoint) and str(callback.monitor or "").startswith("val/")
+    ]
+    for callback in dropped:
+        trainer.callbacks.remove(callback)
+    if dropped and rank_zero_only.rank == 0:
+        monitors = ", ".join(sorted({str(callback.monitor) for callback in dropped}))
+        print(f"validation is off (--trainer.limit_val_batches 0): no checkpoint is kept by {monitors}", flush=True)
