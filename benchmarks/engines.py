@@ -21,6 +21,8 @@ Usage:
     python benchmarks/engines.py --device cuda --capture cuda_graph --check-only   # only the exactness check
     python benchmarks/engines.py --device cuda --capture cuda_graph --write docs/PERFORMANCE.md
     python benchmarks/engines.py --device cuda --capture cuda_graph compile --no-check --shapes omniglot-20w1s
+    python benchmarks/engines.py --device cuda --engines batched --capture compile --no-check --shapes omniglot-20w1s \
+        --inductor coordinate_descent_tuning=True      # an Inductor setting: compare with a run without it
 """
 
 from __future__ import annotations
@@ -276,6 +278,32 @@ def environment(device: torch.device) -> str:
     return f"device: {device_name(str(device))}; {versions(', ')}; cuDNN benchmark {torch.backends.cudnn.benchmark}"
 
 
+def inductor_settings(pairs: list[str]) -> dict[str, bool | int | float | str]:
+    """``--inductor KEY=VALUE`` pairs as ``torch._inductor.config`` settings (``triton.max_tiles=3``: a nested one),
+    each value read as a Python literal (``True``, ``4``) or else kept as text. A key the installed torch does not
+    have is refused, so that a typo does not time the default under another name."""
+    import ast
+
+    import torch._inductor.config as inductor
+
+    settings: dict[str, bool | int | float | str] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--inductor {pair!r}: give KEY=VALUE, e.g. coordinate_descent_tuning=True")
+        owner: object = inductor
+        *path, leaf = key.split(".")
+        for part in path:
+            owner = getattr(owner, part, None)
+        if owner is None or not hasattr(owner, leaf):
+            raise ValueError(f"--inductor {pair!r}: torch {torch.__version__} has no torch._inductor.config.{key}")
+        try:
+            settings[key] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            settings[key] = text
+    return settings
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
@@ -305,15 +333,38 @@ def main() -> None:
     parser.add_argument("--cudnn-benchmark", action="store_true")
     parser.add_argument("--score-precision", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--write", type=Path, help="write the table into this Markdown file")
+    parser.add_argument(
+        "--inductor",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a torch._inductor.config setting for the compiled variant (repeatable), e.g. "
+        "coordinate_descent_tuning=True; to compare settings run one process per setting and compare each one's "
+        "batched+compile against its own eager batched column",
+    )
     args = parser.parse_args()
     if args.check_only and args.no_check:
         parser.error("--check-only and --no-check exclude each other")
+    try:
+        settings = inductor_settings(args.inductor)
+    except ValueError as error:
+        parser.error(str(error))
     torch.backends.cudnn.benchmark = args.cudnn_benchmark
     device = torch.device(args.device)
-    rows = run(args)
+    if settings:
+        import torch._inductor.config as inductor
+
+        with inductor.patch(settings):
+            rows = run(args)
+    else:
+        rows = run(args)
     engines = engine_names(args)
     command = "python benchmarks/engines.py " + " ".join(sys.argv[1:])
-    body = f"{environment(device)}\n\nCommand: `{command}` ({time.strftime('%Y-%m-%d')})\n\n{table(rows, engines)}"
+    inductor = f"; Inductor settings {settings}" if settings else ""
+    body = (
+        f"{environment(device)}{inductor}\n\nCommand: `{command}` ({time.strftime('%Y-%m-%d')})\n\n"
+        f"{table(rows, engines)}"
+    )
     print(body)
     if args.write:
         title = f"Engines on {'GPU' if device.type == 'cuda' else 'CPU'}"

@@ -1,5 +1,8 @@
 """benchmarks/engines.py: the table it prints, with and without the capture check."""
 
+import pytest
+import torch._inductor.config as inductor
+
 from benchmarks import engines
 
 
@@ -18,3 +21,16 @@ def test_the_table_says_which_captures_were_checked_and_how_far_from_eager():
     assert lines[2].startswith("| omniglot-20w1s (16) | 16.00 | 120.00 | 280.00 | 400.00 | 7.50x | 17.50x | 25.00x |")
     assert "| omniglot-20w1s | cuda_graph | 0.5 | 30.0 | 2.0e-01 | 2.0e-01 | 2.0e-15 |" in lines
     assert "| omniglot-20w1s | compile | 190.0 | 40.0 | not checked | not checked | not checked |" in lines
+
+
+def test_inductor_settings_are_read_as_literals_and_a_key_torch_lacks_is_refused():
+    settings = engines.inductor_settings(["coordinate_descent_tuning=True", "triton.max_tiles=3"])
+    assert settings == {"coordinate_descent_tuning": True, "triton.max_tiles": 3}
+    with inductor.patch(settings):  # as main() applies them around the timed run
+        assert inductor.coordinate_descent_tuning is True and inductor.triton.max_tiles == 3
+    with pytest.raises(ValueError, match="has no torch._inductor.config.coordinate_descent_tunning"):
+        engines.inductor_settings(["coordinate_descent_tunning=True"])
+    with pytest.raises(ValueError, match="has no torch._inductor.config.triton.nope"):
+        engines.inductor_settings(["triton.nope=1"])
+    with pytest.raises(ValueError, match="give KEY=VALUE"):
+        engines.inductor_settings(["coordinate_descent_tuning"])
