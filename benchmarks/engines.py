@@ -23,6 +23,8 @@ Usage:
     python benchmarks/engines.py --device cuda --capture cuda_graph compile --no-check --shapes omniglot-20w1s
     python benchmarks/engines.py --device cuda --engines batched --capture compile --no-check --shapes omniglot-20w1s \
         --inductor coordinate_descent_tuning=True      # an Inductor setting: compare with a run without it
+    python benchmarks/engines.py --device cuda --engines batched --capture compile compile_step --no-check \
+        --shapes omniglot-20w1s                        # the inner loop compiled whole, or one step at a time
 """
 
 from __future__ import annotations
@@ -96,6 +98,9 @@ def build(
     shape: Shape, engine: str, device: torch.device, capture: str = "none", score_precision: str = "float32"
 ) -> UnitsMAML:
     torch.manual_seed(0)
+    # "compile_step": compiled one inner step at a time (compile_inner="step") instead of the whole loop
+    compile_inner = "step" if capture == "compile_step" else "loop"
+    capture = "compile" if capture == "compile_step" else capture
     model = UnitsMAML(
         n_way=shape.n_way,
         image_shape=shape.image_shape,
@@ -106,6 +111,7 @@ def build(
         engine=engine,
         capture=capture,
         compile_scoring=capture != "none",
+        compile_inner=compile_inner,
         score_precision=score_precision,
         inner_steps=5,
     ).to(device)
@@ -311,7 +317,11 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument(
-        "--capture", nargs="*", default=[], choices=["cuda_graph", "compile"], help="also time these batched variants"
+        "--capture",
+        nargs="*",
+        default=[],
+        choices=["cuda_graph", "compile", "compile_step"],
+        help="also time these batched variants (compile_step: compile_inner=step, one inner step a compiled graph)",
     )
     parser.add_argument(
         "--engines",

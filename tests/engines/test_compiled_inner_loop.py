@@ -13,6 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from units_lightning.engines.base import inner_loop_parameters
+from units_lightning.engines.batched import AdaptedWeights
+from units_lightning.engines.build import build_engine
+
 _spec = importlib.util.spec_from_file_location("engines_agree", Path(__file__).with_name("test_engines_agree.py"))
 agree = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(agree)  # the float64 model, episode and tolerance of the engine-agreement tests
@@ -42,11 +46,54 @@ def test_compiled_inner_loop_meta_gradient_equals_eager_in_float64(device):
     # Vectorised over tasks, learned rates per layer and step, per-step batch norm; the same weights in both.
     eager = agree.make_engine("batched", "per_layer_per_step", True, capture="none").to(device)
     compiled = agree.make_engine("batched", "per_layer_per_step", True, capture="compile").to(device)
+    torch._dynamo.reset()  # the counts below are of this test's compiles, whatever compiled before
     counters.clear()
     expected, ours = meta_gradient(eager, device), meta_gradient(compiled, device)
     agree.assert_close(ours, expected, f"compiled inner loop on {device}")
     assert counters["stats"]["unique_graphs"] == 2  # the inner loop and the query prediction, one graph each
     assert not counters["graph_break"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_an_inner_loop_compiled_step_by_step_is_one_graph_with_eagers_meta_gradient_in_float64(device):
+    from torch._dynamo.utils import counters
+
+    # compile_inner="step": one compiled inner step, called for each of the STEPS steps (with that step's rates and
+    # batch-norm weights as inputs), and the query prediction: two graphs, whatever the number of steps.
+    eager = agree.make_engine("batched", "per_layer_per_step", True, capture="none").to(device)
+    stepwise = agree.make_engine("batched", "per_layer_per_step", True, capture="compile", compile_inner="step")
+    torch._dynamo.reset()  # the counts below are of this test's compiles, whatever compiled before
+    counters.clear()
+    expected, ours = meta_gradient(eager, device), meta_gradient(stepwise.to(device), device)
+    agree.assert_close(ours, expected, f"inner loop compiled step by step on {device}")
+    assert counters["stats"]["unique_graphs"] == 2  # the inner step (no recompile for the second) and the prediction
+    assert not counters["graph_break"]
+
+
+@pytest.mark.parametrize("second_order", [True, False], ids=["second-order", "first-order"])
+def test_the_step_by_step_loop_computes_what_the_unrolled_loop_does_in_float64(second_order):
+    # The loop of compile_inner="step" without the compiler (what a failed compile falls back to): the same fast
+    # weights and meta-gradient as the unrolled loop, per-step rates and batch-norm weights routed by step.
+    engine = agree.make_engine("batched", "per_layer_per_step", True, capture="none", compile_inner="step")
+    support_x, support_y, query_x, query_y = agree.episode()
+    slow = dict(inner_loop_parameters(engine.model))
+    results = {}
+    for name, adapt in {"unrolled": engine._adapt_all, "stepwise": engine._adapt_stepwise}.items():
+        fast = adapt(slow, support_x, support_y, agree.LOSS, agree.STEPS, second_order)
+        logits = engine.predict(AdaptedWeights(fast, agree.STEPS), query_x[:, 0], torch.arange(agree.TASKS))
+        names, params = zip(*engine.named_parameters(), strict=True)
+        grads = torch.autograd.grad(agree.LOSS(logits, query_y), params, allow_unused=True, materialize_grads=True)
+        results[name] = (fast, dict(zip(names, grads, strict=True)))
+    for name in results["unrolled"][0]:
+        torch.testing.assert_close(results["stepwise"][0][name], results["unrolled"][0][name], rtol=1e-12, atol=1e-14)
+    agree.assert_close(results["stepwise"][1], results["unrolled"][1], "step-by-step loop")
+
+
+def test_compile_inner_is_checked_and_belongs_to_the_batched_engine():
+    with pytest.raises(ValueError, match="compile_inner must be 'loop' or 'step', got 'steps'"):
+        agree.make_engine("batched", "fixed", False, compile_inner="steps")
+    with pytest.raises(ValueError, match="compile_inner='step' applies to the batched engine"):
+        build_engine(agree.make_engine("batched", "fixed", False).model, "learn2learn", compile_inner="step")
 
 
 @pytest.mark.parametrize("device", ["cpu", DEVICES[1]])

@@ -21,11 +21,20 @@ STEPS = 2
 LOSS = partial(EvidentialLoss(), eta=0.7)
 
 
-def make_engine(kind, lr_mode, per_step_bn, chunk_size=None, vectorize=True, capture="auto"):
+def make_engine(kind, lr_mode, per_step_bn, chunk_size=None, vectorize=True, capture="auto", compile_inner="loop"):
     torch.manual_seed(0)
     net = ConvNet((2, 8, 8), WAYS, filters=3, blocks=2, bn_steps=STEPS + 1 if per_step_bn else 1).double()
     if kind == "batched":
-        engine = BatchedEngine(net, 0.3, lr_mode, STEPS, chunk_size=chunk_size, capture=capture, vectorize=vectorize)
+        engine = BatchedEngine(
+            net,
+            0.3,
+            lr_mode,
+            STEPS,
+            chunk_size=chunk_size,
+            capture=capture,
+            vectorize=vectorize,
+            compile_inner=compile_inner,
+        )
     else:
         engine = Learn2LearnEngine(net, 0.3, lr_mode, STEPS)
     engine.double()

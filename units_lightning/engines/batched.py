@@ -73,6 +73,14 @@ class BatchedEngine(nn.Module):
             It is a forward pass only, whose batch norm, activation and pooling fuse into a few kernels (it pays on
             large query sets). If compiling fails (no Triton or C++ compiler), scoring runs eagerly after one
             warning.
+        compile_inner: what one compiled graph of the inner loop holds under ``capture="compile"``: "loop" (all
+            ``steps`` inner steps unrolled, one graph) or "step" (one inner step, a graph called ``steps`` times).
+            Both give the same meta-gradients (float64, ``tests/engines/test_compiled_inner_loop.py``); "step"
+            traces and compiles about a fifth as much, so compiling takes several times less (on 2 CPU cores, 62
+            against 165 s for a 4-block, 5-step model), and gives up fusing across the steps' boundaries
+            (docs/PERFORMANCE.md has what each costs on a GPU). A backbone that lists its per-step weights
+            (``per_step_parameters``, as ``ConvNet``) gets them as inputs and compiles one graph; one that reads
+            ``step`` otherwise compiles one per step.
     """
 
     def __init__(
@@ -85,8 +93,11 @@ class BatchedEngine(nn.Module):
         capture: Literal["auto", "none", "cuda_graph", "compile"] = "auto",
         vectorize: bool | Literal["auto"] = "auto",
         compile_scoring: bool | Literal["auto"] = "auto",
+        compile_inner: Literal["loop", "step"] = "loop",
     ):
         super().__init__()
+        if compile_inner not in ("loop", "step"):
+            raise ValueError(f"compile_inner must be 'loop' or 'step', got {compile_inner!r}")
         if capture not in ("auto", "none", "cuda_graph", "compile"):
             raise ValueError(f"capture must be 'auto', 'none', 'cuda_graph' or 'compile', got {capture!r}")
         _check_compilable(capture, vectorize)
@@ -102,6 +113,9 @@ class BatchedEngine(nn.Module):
         self.inner_lr = InnerLearningRates(inner_loop_parameters(model), inner_lr, inner_lr_mode, inner_steps)
         self.chunk_size = chunk_size
         self._step_kwarg = accepts_step(model)
+        # its per-step weights come as inputs (``per_step_slices``): the step number changes nothing else
+        self._steps_in_weights = hasattr(model, "per_step_parameters")
+        self.compile_inner = compile_inner
         self.capture = capture
         self.vectorize = vectorize
         self._bind_capture()
@@ -111,13 +125,18 @@ class BatchedEngine(nn.Module):
         self.compile_scoring = compile_scoring
         self._compiled_scoring: Any = None  # built at first use; False once compiling failed
 
-    _COMPILED_FUNCTIONS = ("_compiled_adapt", "_compiled_predict", "_compiled_predict_sets")
+    _COMPILED_FUNCTIONS = ("_compiled_adapt", "_compiled_step", "_compiled_predict", "_compiled_predict_sets")
 
     def _bind_functions(self) -> None:
         """The inner loop and predictions: compiled under ``capture="compile"`` (for the engine in train mode,
         ``_compiling``), else the methods themselves. Each compiled function wraps this instance's bound method."""
         compile = self.capture == "compile"
-        self._compiled_adapt = self._compiling(self._adapt_all) if compile else self._adapt_all
+        stepwise = compile and self.compile_inner == "step"
+        self._compiled_step = self._compiling(self._inner_step) if stepwise else self._inner_step
+        if stepwise:
+            self._compiled_adapt = self._adapt_stepwise
+        else:
+            self._compiled_adapt = self._compiling(self._adapt_all) if compile else self._adapt_all
         self._compiled_predict = self._compiling(self._predict_all) if compile else self._predict_all
         self._compiled_predict_sets = self._compiling(self._predict_sets) if compile else self._predict_sets
 
@@ -310,6 +329,49 @@ class BatchedEngine(nn.Module):
         if self._vectorized(support_x):
             return vmap(adapt_task, chunk_size=self.chunk_size)(support_x, support_y)
         return _stack([adapt_task(x, y, eager_gradients) for x, y in zip(support_x, support_y, strict=True)])
+
+    def _adapt_stepwise(
+        self,
+        slow: dict[str, Tensor],
+        support_x: Tensor,
+        support_y: Tensor,
+        loss: InnerLoss,
+        steps: int,
+        create_graph: bool,
+    ) -> dict[str, Tensor]:
+        """``_adapt_all``'s vectorised loop with each inner step one call of ``_compiled_step`` (``compile_inner:
+        step``): the slow weights are copied per task first, so that every step takes inputs of the same shapes
+        and strides and the steps share one compiled graph."""
+        rates, slices = self.inner_lr.per_step(steps), per_step_slices(self.model, steps)
+        fast = {name: w.expand(len(support_x), *w.shape).clone() for name, w in slow.items()}
+        for step in range(steps):
+            number = 0 if self._steps_in_weights else step  # a Python int in a compiled call compiles per value
+            fast = self._compiled_step(
+                fast, support_x, support_y, rates[step], slices[step], loss, create_graph, number
+            )
+        return fast
+
+    def _inner_step(
+        self,
+        fast: dict[str, Tensor],
+        support_x: Tensor,
+        support_y: Tensor,
+        rates: dict[str, Tensor],
+        slices: dict[str, Tensor],
+        loss: InnerLoss,
+        create_graph: bool,
+        step: int,
+    ) -> dict[str, Tensor]:
+        """One inner step of every task: ``w - rate * grad`` with the task's fast weights (T, ...) and this step's
+        rates and per-step weights."""
+
+        def task(weights: dict[str, Tensor], x: Tensor, y: Tensor) -> dict[str, Tensor]:
+            grads = grad(lambda w: loss(self._forward({**w, **slices}, x, step), y))(weights)
+            if not create_graph:
+                grads = {name: g.detach() for name, g in grads.items()}
+            return {name: w - rates[name] * grads[name] for name, w in weights.items()}
+
+        return vmap(task, chunk_size=self.chunk_size)(fast, support_x, support_y)
 
     def _predict_all(self, fast: dict[str, Tensor], query_x: Tensor, task_index: Tensor, steps: int) -> Tensor:
         if not self._vectorized(query_x):

@@ -29,6 +29,7 @@ def build_engine(
     chunk_size: int | None = None,
     capture: Literal["auto", "none", "cuda_graph", "compile"] = "auto",
     compile_scoring: bool | Literal["auto"] = "auto",
+    compile_inner: Literal["loop", "step"] = "loop",
 ) -> nn.Module:
     """``Learn2LearnEngine`` for ``engine="learn2learn"``, ``BatchedEngine`` for "auto" and "batched" (see
     ``UnitsMAML`` for the options), else ``engine(backbone)``: an engine class or factory, configured by its own
@@ -54,7 +55,16 @@ def build_engine(
     if engine == "learn2learn":
         if capture not in ("auto", "none"):
             raise ValueError(f"capture={capture!r} applies to the batched engine: set model.engine=batched")
+        if compile_inner != "loop":
+            raise ValueError(f"compile_inner={compile_inner!r} applies to the batched engine: set model.engine=batched")
         return Learn2LearnEngine(backbone, inner_lr, inner_lr_mode, inner_steps)
     return BatchedEngine(
-        backbone, inner_lr, inner_lr_mode, inner_steps, chunk_size, capture, compile_scoring=compile_scoring
+        backbone,
+        inner_lr,
+        inner_lr_mode,
+        inner_steps,
+        chunk_size,
+        capture,
+        compile_scoring=compile_scoring,
+        compile_inner=compile_inner,
     )
