@@ -76,9 +76,9 @@ class BatchedEngine(nn.Module):
         compile_inner: what one compiled graph of the inner loop holds under ``capture="compile"``: "loop" (all
             ``steps`` inner steps unrolled, one graph) or "step" (one inner step, a graph called ``steps`` times).
             Both give the same meta-gradients (float64, ``tests/engines/test_compiled_inner_loop.py``); "step"
-            traces and compiles about a fifth as much, so compiling takes several times less (on 2 CPU cores, 62
-            against 165 s for a 4-block, 5-step model), and gives up fusing across the steps' boundaries
-            (docs/PERFORMANCE.md has what each costs on a GPU). A backbone that lists its per-step weights
+            traces and compiles one step's graph instead of all of them (on 2 CPU cores a 3-step model reached its
+            first step in 76 s instead of 145 s) and gives up fusing across the steps' boundaries
+            (docs/PERFORMANCE.md, "Compiling one inner step"). A backbone that lists its per-step weights
             (``per_step_parameters``, as ``ConvNet``) gets them as inputs and compiles one graph; one that reads
             ``step`` otherwise compiles one per step.
     """
