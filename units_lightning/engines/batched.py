@@ -307,28 +307,26 @@ class BatchedEngine(nn.Module):
         # Per-step tensors (learned rates, per-step batch-norm weights) split once for the whole loop, not once a step.
         rates, slices = self.inner_lr.per_step(steps), per_step_slices(self.model, steps)
 
-        def vectorised_gradients(fast: dict[str, Tensor], x: Tensor, y: Tensor, step: int) -> dict[str, Tensor]:
-            grads = grad(lambda w: loss(self._forward({**w, **slices[step]}, x, step), y))(fast)
-            return grads if create_graph else {name: g.detach() for name, g in grads.items()}
+        def vectorised_step(fast: dict[str, Tensor], x: Tensor, y: Tensor, step: int) -> dict[str, Tensor]:
+            return self._task_step(fast, x, y, rates[step], slices[step], loss, create_graph, step)
 
-        def eager_gradients(fast: dict[str, Tensor], x: Tensor, y: Tensor, step: int) -> dict[str, Tensor]:
+        def eager_step(fast: dict[str, Tensor], x: Tensor, y: Tensor, step: int) -> dict[str, Tensor]:
             # Unvectorised, plain autograd computes the same as ``grad`` with less Python work per step.
             task_loss = loss(self._forward({**fast, **slices[step]}, x, step), y)
             grads = torch.autograd.grad(
                 task_loss, list(fast.values()), create_graph=create_graph, allow_unused=True, materialize_grads=True
             )
-            return dict(zip(fast, grads, strict=True))
+            return {name: w - rates[step][name] * g for (name, w), g in zip(fast.items(), grads, strict=True)}
 
-        def adapt_task(x: Tensor, y: Tensor, gradients=vectorised_gradients) -> dict[str, Tensor]:
+        def adapt_task(x: Tensor, y: Tensor, inner_step=vectorised_step) -> dict[str, Tensor]:
             fast = slow
             for step in range(steps):
-                grads = gradients(fast, x, y, step)
-                fast = {name: w - rates[step][name] * grads[name] for name, w in fast.items()}
+                fast = inner_step(fast, x, y, step)
             return fast
 
         if self._vectorized(support_x):
             return vmap(adapt_task, chunk_size=self.chunk_size)(support_x, support_y)
-        return _stack([adapt_task(x, y, eager_gradients) for x, y in zip(support_x, support_y, strict=True)])
+        return _stack([adapt_task(x, y, eager_step) for x, y in zip(support_x, support_y, strict=True)])
 
     def _adapt_stepwise(
         self,
@@ -362,16 +360,31 @@ class BatchedEngine(nn.Module):
         create_graph: bool,
         step: int,
     ) -> dict[str, Tensor]:
-        """One inner step of every task: ``w - rate * grad`` with the task's fast weights (T, ...) and this step's
-        rates and per-step weights."""
+        """``_task_step`` of every task, with the tasks' fast weights (T, ...) and this step's rates and per-step
+        weights."""
 
         def task(weights: dict[str, Tensor], x: Tensor, y: Tensor) -> dict[str, Tensor]:
-            grads = grad(lambda w: loss(self._forward({**w, **slices}, x, step), y))(weights)
-            if not create_graph:
-                grads = {name: g.detach() for name, g in grads.items()}
-            return {name: w - rates[name] * grads[name] for name, w in weights.items()}
+            return self._task_step(weights, x, y, rates, slices, loss, create_graph, step)
 
         return vmap(task, chunk_size=self.chunk_size)(fast, support_x, support_y)
+
+    def _task_step(
+        self,
+        weights: dict[str, Tensor],
+        x: Tensor,
+        y: Tensor,
+        rates: dict[str, Tensor],
+        slices: dict[str, Tensor],
+        loss: InnerLoss,
+        create_graph: bool,
+        step: int,
+    ) -> dict[str, Tensor]:
+        """One inner step of one task (under ``vmap``), ``w - rate * grad`` with ``torch.func.grad``: the step of
+        both the unrolled loop (``_adapt_all``) and the step-by-step one (``_inner_step``)."""
+        grads = grad(lambda w: loss(self._forward({**w, **slices}, x, step), y))(weights)
+        if not create_graph:
+            grads = {name: g.detach() for name, g in grads.items()}
+        return {name: w - rates[name] * grads[name] for name, w in weights.items()}
 
     def _predict_all(self, fast: dict[str, Tensor], query_x: Tensor, task_index: Tensor, steps: int) -> Tensor:
         if not self._vectorized(query_x):
