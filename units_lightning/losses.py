@@ -164,7 +164,12 @@ class EvidentialLoss(MetaLoss):
     Without the vacuity term, a strong incorrect-belief penalty can drive every logit negative: under ReLU
     evidence those samples get exactly zero gradient (vacuity 1, accuracy at chance, and no way back: the
     "zero-evidence learning freeze"), under softplus a vanishing one. ``CollapseMonitor`` reports that state
-    and names the options here that leave it.
+    and names the options here that leave it. The vacuity term has the opposite failure: its pull on ``o_y`` (the
+    vacuity, ``N / S``) outlasts the incorrect-belief term's push on the other classes (``~ 1 / S**2``) once every
+    class gathers evidence, so a weight too large raises all the evidence until nothing is told apart. At weight
+    1.0 (the authors' classifier code) every CIFAR-FS 5w1s and 5w5s screening run, at eta 0.3 and at eta 2, was
+    saturated at chance by step 500 (validation vacuity 0.007-0.011; docs/RESULTS.md): keep it off unless a run
+    freezes, and then start small.
 
     The evidence activation is an option of the loss, not of the backbone: the backbone returns logits and
     every reader of evidence (the module's beliefs and task scores, evaluation and ensembles) calls

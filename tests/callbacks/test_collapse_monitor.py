@@ -37,6 +37,24 @@ def test_a_diverged_run_gets_a_warning_naming_the_steps_and_the_causes(tmp_path)
     assert "vacuity_weight" not in message  # the freeze's remedies are not this collapse's
 
 
+@pytest.mark.parametrize("weight", [0.0, 1.0])
+def test_saturation_names_the_vacuity_regulariser_first_when_the_run_uses_it(weight):
+    # At weight 1.0 the regulariser saturated every CIFAR-FS screening run at chance (docs/RESULTS.md): a saturated
+    # collapse with it on is its doing before it is the learning rates'.
+    loss = EvidentialLoss(vacuity_weight=weight)
+    monitor = CollapseMonitor(window=3)
+    with pytest.warns(TrainingCollapseWarning, match="evidence saturated"):
+        feed(monitor, [outputs(0.2, 0.0)] * 3, loss=loss)
+    assert monitor.diagnosis == collapse_diagnosis(False, loss, 2.0, 5)
+    assert "model.lr" in monitor.diagnosis and "model.inner_lr" in monitor.diagnosis
+    if weight:
+        assert monitor.diagnosis.startswith("evidence saturated (every query claims certainty) under the vacuity")
+        assert "lower model.loss.vacuity_weight (now 1) or set it to 0" in monitor.diagnosis
+    else:
+        assert monitor.diagnosis.startswith("the meta-update diverged")
+        assert "vacuity_weight" not in monitor.diagnosis
+
+
 def test_a_healthy_run_at_chance_with_ordinary_vacuity_gets_none(tmp_path):
     # The tiny model stays near chance for its first steps, but its evidence is not saturated.
     with warnings.catch_warnings():
@@ -74,7 +92,7 @@ def test_vacuity_near_one_is_a_collapse_too_and_non_finite_steps_are_left_out():
         (
             EvidentialLoss(activation="relu"),
             [
-                "vacuity_weight, now 0; 1.0 as the authors' code",
+                "vacuity_weight, now 0; start small: 1.0, the authors' value, saturated",
                 "ib_reduction, now 'sum'",
                 "n_way = 5",
                 "activation, now 'relu'",
