@@ -7,6 +7,8 @@ import pytest
 import torch
 from tiny_setup import tiny_model
 
+from units_lightning.engines import Learn2LearnEngine, adapt_and_predict_sets
+from units_lightning.engines.base import EvaluatingEngine
 from units_lightning.evaluation import CheckpointEnsemble
 from units_lightning.losses import CrossEntropyLoss
 
@@ -53,6 +55,50 @@ def test_ensemble_averages_the_logits_of_separately_adapted_members(checkpoints)
     assert len(ensemble.ensemble_engine) == 2
     assert torch.allclose(ensemble.adapt_and_predict(support_x, support_y, query_x), expected, atol=1e-6)
     assert set(ensemble.state_dict()) == set(tiny_model().state_dict())  # members live outside the model's state
+
+
+def test_an_ensemble_evaluates_member_by_member_without_recording_a_backward(checkpoints, monkeypatch):
+    # A CIFAR-FS 5w1s test of a top-3 ensemble (20 tasks, with the default rotated and scaled query sets) was
+    # killed at 24 GB on the CPU: the members predicted through adapt + predict_sets with autograd recording, and
+    # every member's query activations were kept until the batch ended. Now each member evaluates as one model
+    # does (``BatchedEngine.evaluate``), and any engine without ``evaluate`` predicts under no_grad.
+    folder, models = checkpoints
+    support_x, support_y = torch.rand(2, 5, 1, 16, 16), torch.arange(5).repeat(2, 1)
+    query_sets = [torch.rand(2, 10, 1, 16, 16), torch.rand(2, 10, 1, 16, 16)]
+    ensemble = tiny_model(ensemble=CheckpointEnsemble([str(folder / "step20.ckpt"), str(folder / "step30.ckpt")]))
+    ensemble.load_ensemble()
+    members = ensemble.ensemble_engine.members
+    assert isinstance(ensemble.ensemble_engine, EvaluatingEngine)
+    evaluated = []
+    for member in members:
+        monkeypatch.setattr(member, "evaluate", _recording(member.evaluate, evaluated))
+    logits = ensemble.adapt_and_predict_sets(support_x, support_y, query_sets)
+    assert evaluated == [False, False]  # each member once, its predictions not recorded (grad mode seen inside)
+    for got, query_x in zip(logits, query_sets, strict=True):
+        expected = (
+            models[1].adapt_and_predict(support_x, support_y, query_x)
+            + models[2].adapt_and_predict(support_x, support_y, query_x)
+        ) / 2
+        assert not got.requires_grad and torch.allclose(got, expected, atol=1e-6)
+
+    # an engine without evaluate (learn2learn's, one task at a time): its predictions are not recorded either
+    engine = tiny_model(engine="learn2learn").engine
+    assert isinstance(engine, Learn2LearnEngine) and not isinstance(engine, EvaluatingEngine)
+    predicted = []
+    monkeypatch.setattr(engine, "predict_sets", _recording(engine.predict_sets, predicted))
+    sets = adapt_and_predict_sets(engine, support_x, support_y, query_sets, CrossEntropyLoss(), 1)
+    assert predicted == [False] and all(not q.requires_grad for q in sets)
+
+
+def _recording(function, seen: list):
+    """``function``, appending whether autograd records when it runs to ``seen``; its output says the same."""
+
+    def wrapper(*args, **kwargs):
+        output = function(*args, **kwargs)
+        seen.append(torch.is_grad_enabled() and output.requires_grad)
+        return output
+
+    return wrapper
 
 
 def test_unranked_files_and_missing_folders_are_clear_errors(tmp_path):

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from units_lightning.engines.base import InnerLoss
+from units_lightning.engines.base import InnerLoss, adapt_and_predict_sets
 
 __all__ = ["EnsembleEngine"]
 
@@ -51,6 +51,16 @@ class EnsembleEngine:
 
     def predict_sets(self, adapted: Any, query_x: Tensor) -> Tensor:
         return _mean([m.predict_sets(a, query_x) for m, a in zip(self.members, adapted, strict=True)])
+
+    def evaluate(self, support_x: Tensor, support_y: Tensor, query_x: Tensor, loss: InnerLoss, steps: int) -> Tensor:
+        """The mean of the members' detached (T, Q, M, N) evaluation logits, each member evaluated on its own
+        (``BatchedEngine.evaluate``: adapted, then predicted without recording a backward; one CUDA graph per
+        member and shape on a GPU), so that an ensemble evaluates in one member's memory, not k members' graphs."""
+
+        def member(engine: nn.Module) -> Tensor:
+            return torch.stack(adapt_and_predict_sets(engine, support_x, support_y, query_x.unbind(1), loss, steps), 1)
+
+        return _mean([member(engine) for engine in self.members])
 
     def __len__(self) -> int:
         return len(self.members)
