@@ -30,7 +30,7 @@ def collapse_diagnosis(frozen: bool, loss: Any, eta: float, n_way: int) -> str:
     regulariser (``vacuity_weight``), a smaller eta, the "mean" reduction of the incorrect-belief term (eta's
     weight divided by ``n_way``) and softplus instead of ReLU evidence. Otherwise (evidence saturated at chance)
     the learning rates are named, after the vacuity regulariser when the run uses it: its pull on the true class's
-    logit (its vacuity, ``1 / S``) outlasts the incorrect-belief term's push (``1 / S**2``) as the evidence of
+    logit (its vacuity, ``N / S``) outlasts the incorrect-belief term's push (``1 / S**2``) as the evidence of
     every class grows together, and at weight 1.0 it saturated every CIFAR-FS screening run by step 500
     (docs/RESULTS.md, the CIFAR-FS 5w5s investigation).
 
