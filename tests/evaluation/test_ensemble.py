@@ -45,10 +45,7 @@ def test_ensemble_averages_the_logits_of_separately_adapted_members(checkpoints)
     folder, models = checkpoints
     support_x, support_y = torch.rand(2, 5, 1, 16, 16), torch.arange(5).repeat(2, 1)
     query_x = torch.rand(2, 10, 1, 16, 16)
-    expected = (
-        models[1].adapt_and_predict(support_x, support_y, query_x)
-        + models[2].adapt_and_predict(support_x, support_y, query_x)
-    ) / 2
+    expected = _mean_of(models[1:], support_x, support_y, query_x)
     torch.manual_seed(99)
     ensemble = tiny_model(ensemble=CheckpointEnsemble([str(folder / "step20.ckpt"), str(folder / "step30.ckpt")]))
     ensemble.load_ensemble()
@@ -75,10 +72,7 @@ def test_an_ensemble_evaluates_member_by_member_without_recording_a_backward(che
     logits = ensemble.adapt_and_predict_sets(support_x, support_y, query_sets)
     assert evaluated == [False, False]  # each member once, its predictions not recorded (grad mode seen inside)
     for got, query_x in zip(logits, query_sets, strict=True):
-        expected = (
-            models[1].adapt_and_predict(support_x, support_y, query_x)
-            + models[2].adapt_and_predict(support_x, support_y, query_x)
-        ) / 2
+        expected = _mean_of(models[1:], support_x, support_y, query_x)
         assert not got.requires_grad and torch.allclose(got, expected, atol=1e-6)
 
     # an engine without evaluate (learn2learn's, one task at a time): its predictions are not recorded either
@@ -88,6 +82,11 @@ def test_an_ensemble_evaluates_member_by_member_without_recording_a_backward(che
     monkeypatch.setattr(engine, "predict_sets", _recording(engine.predict_sets, predicted))
     sets = adapt_and_predict_sets(engine, support_x, support_y, query_sets, CrossEntropyLoss(), 1)
     assert predicted == [False] and all(not q.requires_grad for q in sets)
+
+
+def _mean_of(models, support_x, support_y, query_x):
+    """The mean of the models' logits, each adapted on its own: what an ensemble of them must predict."""
+    return sum(model.adapt_and_predict(support_x, support_y, query_x) for model in models) / len(models)
 
 
 def _recording(function, seen: list):
