@@ -1,0 +1,375 @@
+"""Paper-table runs on a borrowed GPU host that each call reaches with a small upload: the datasets travel in parts,
+the runs outlive the call that starts them, and a later call watches them and packs what they wrote.
+
+Made for a command runner that sends the repository with at most 64 MiB of files per call, runs one command there,
+ends that command's processes unless they started their own session, and gives the host back soon after a call
+when no next call follows (this project's GPU figures in docs/RESULTS.md were made so). Three steps:
+
+    # here, once: the wheels the host lacks and the datasets of ../shared/data cut into parts of at most 58 MB
+    python benchmarks/gpu_host.py prepare --datasets omniglot cifarfs --out .device
+    # there, one call per part, each carrying .device/ws and .device/pK (K = 1, 2, ...); the jobs of --jobs start
+    # (in the background) as soon as the datasets they need are complete, each at most once; the runs record the
+    # commit given (the copy of the tree there may have no git history)
+    PAPER_TABLES_COMMIT=<commit> python3 benchmarks/gpu_host.py run --carry .device --deadline 1500 --wait 540 \
+        --jobs "c5|cifarfs_5w5s|MAML Units-ML|0 1 2|3|0,1,2"
+    # there, the last call: wait until every job has ended (or the deadline), then pack the run folders into $OUT
+    python3 benchmarks/gpu_host.py run --carry .device --wait 600 --collect "$OUT"
+
+A job is ``name|configs|methods|seeds|per_gpu|gpus`` (the arguments of ``benchmarks/paper_tables.py``, whose run
+folders go to ``<work>/runs/<name>``): it needs the datasets its configs read, and runs with ``--time-limit`` up to
+the deadline, which the first ``run`` sets (``--deadline`` seconds from then) and the later ones keep. Every job of
+one host runs under one CUDA MPS daemon where ``nvidia-cuda-mps-control`` exists, so that several runs share a GPU
+without time slices. The repository is copied to ``<work>/repo-<commit>`` before a job starts from it, so that the
+next call's copy of the tree, which replaces this one, changes nothing under a running job.
+
+Parts: ``prepare`` cuts each dataset file larger than ``--part-mb`` into pieces and packs files and pieces into
+folders ``p1``, ``p2``, ... of at most ``--part-mb`` each, with a ``manifest.json`` (each file's size, sha256 and
+pieces) in every folder. ``run`` copies the parts it carries under ``<work>/parts`` (and merges their manifests, so
+that parts of several ``prepare`` calls, each with its own ``--out``, may come), joins each file once all its
+pieces are there, checks its sha256 and moves it to ``<work>/data/<dataset>/``. The data never enters the
+repository: ``.device/`` is ignored by git.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+if not __package__:  # `python benchmarks/gpu_host.py`: `benchmarks` is imported from the repository
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import REPO  # noqa: E402
+
+DATASETS = ("omniglot", "cifarfs", "miniimagenet")
+WHEELS = ("jsonargparse", "typeshed_client", "docstring_parser")  # what the GPU image lacks (learn2learn is not needed)
+MANIFEST = "manifest.json"
+OUT_PIECE = 15 * 2**20  # files that come back: at most 16 MiB each
+# what the copy of the repository the jobs run from leaves out
+NOT_COPIED = shutil.ignore_patterns(".git", ".device", ".venv", "runs", "wandb", "__pycache__", ".cache", ".*_cache")
+
+
+def dataset_of(config: str) -> str:
+    """The dataset a config reads, from its name (``cifarfs_5w5s``, ``budget_omniglot_5w1s``)."""
+    for name in DATASETS:
+        if name in config:
+            return name
+    raise ValueError(f"no dataset named in config {config!r} (one of {', '.join(DATASETS)})")
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(2**20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# -- here: prepare ---------------------------------------------------------------------------------------------------
+def plan_parts(files: dict[str, int], part_bytes: int) -> list[list[tuple[str, int, int]]]:
+    """Pack files (relative name -> size) into parts of at most ``part_bytes``: a list of parts, each a list of
+    ``(name, offset, length)`` pieces. Files larger than a part are cut; pieces fill parts first-fit, largest first.
+
+        >>> plan_parts({"a": 5, "b": 3, "c": 9}, 6)
+        [[('c', 0, 6)], [('a', 0, 5)], [('b', 0, 3), ('c', 6, 3)]]
+    """
+    if part_bytes <= 0:
+        raise ValueError(f"part size must be positive, got {part_bytes}")
+    pieces = []
+    for name, size in files.items():
+        offsets = range(0, max(size, 1), part_bytes)
+        pieces += [(name, offset, min(part_bytes, size - offset)) for offset in offsets]
+    parts: list[list[tuple[str, int, int]]] = []
+    free: list[int] = []
+    for piece in sorted(pieces, key=lambda p: -p[2]):
+        slot = next((i for i, room in enumerate(free) if room >= piece[2]), None)
+        if slot is None:
+            parts.append([])
+            free.append(part_bytes)
+            slot = len(parts) - 1
+        parts[slot].append(piece)
+        free[slot] -= piece[2]
+    return parts
+
+
+def prepare(shared: Path, datasets: Sequence[str], out: Path, part_mb: float, wheels: bool) -> list[Path]:
+    """Write ``out/ws`` (wheels, unless ``wheels`` is false) and ``out/p1``... from ``shared/<dataset>``."""
+    files = {}
+    for dataset in datasets:
+        folder = shared / dataset
+        if not folder.is_dir():
+            raise FileNotFoundError(f"no {folder}: pass --shared, the folder that holds {', '.join(DATASETS)}")
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            files[str(path.relative_to(shared))] = path.stat().st_size
+    manifest = {name: {"size": size, "sha256": sha256(shared / name)} for name, size in files.items()}
+    parts = plan_parts(files, int(part_mb * 1e6))
+    for name in manifest:
+        manifest[name]["pieces"] = sum(p[0] == name for part in parts for p in part)
+    folders = []
+    for index, part in enumerate(parts, 1):
+        folder = out / f"p{index}"
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        for name, offset, length in part:
+            with open(shared / name, "rb") as source, open(folder / f"{name.replace('/', '~')}@{offset}", "wb") as sink:
+                source.seek(offset)
+                sink.write(source.read(length))
+        (folder / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        folders.append(folder)
+    if wheels:
+        shutil.rmtree(out / "ws", ignore_errors=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version",
+             "3.12", "-d", str(out / "ws"), *WHEELS],
+            check=True,
+        )  # fmt: skip
+    return folders
+
+
+# -- there: stage, launch, watch, collect ----------------------------------------------------------------------------
+def stage(carry: Path, work: Path) -> set[str]:
+    """Install carried wheels, take carried parts in, join the files whose pieces are all here; the datasets that are
+    complete."""
+    if (carry / "ws").is_dir() and not (work / "site").is_dir():
+        wheels = sorted(str(p) for p in (carry / "ws").glob("*.whl"))
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--target",
+             str(work / "site"), *wheels],
+            check=True,
+        )  # fmt: skip
+    parts = work / "parts"
+    parts.mkdir(parents=True, exist_ok=True)
+    known = work / MANIFEST  # every manifest carried so far, merged: parts of several prepares may come
+    manifest = json.loads(known.read_text()) if known.is_file() else {}
+    for folder in sorted(carry.glob("p[0-9]*")):
+        manifest.update(json.loads((folder / MANIFEST).read_text()))
+        for path in folder.iterdir():
+            if path.name != MANIFEST:
+                shutil.copy2(path, parts / path.name)
+    known.write_text(json.dumps(manifest, indent=1))
+    complete = set()
+    for name, entry in manifest.items():
+        target = work / "data" / name
+        if not target.is_file():
+            pieces = sorted(parts.glob(f"{name.replace('/', '~')}@*"), key=lambda p: int(p.name.rsplit("@", 1)[1]))
+            if len(pieces) < entry["pieces"]:
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial = target.with_name(target.name + ".partial")
+            with open(partial, "wb") as sink:
+                for piece in pieces:
+                    sink.write(piece.read_bytes())
+            if sha256(partial) != entry["sha256"]:
+                partial.unlink()
+                raise RuntimeError(f"{name}: sha256 differs from the manifest's once joined; run prepare again")
+            partial.replace(target)
+            for piece in pieces:
+                piece.unlink()
+        complete.add(name)
+    datasets = {name.split("/", 1)[0] for name in manifest}
+    return {d for d in datasets if all(n in complete for n in manifest if n.split("/", 1)[0] == d)}
+
+
+def commit_of(repo: Path) -> str:
+    """The commit the runs record: ``$PAPER_TABLES_COMMIT``, else git's short hash, else ``unknown``."""
+    if os.environ.get("PAPER_TABLES_COMMIT"):
+        return os.environ["PAPER_TABLES_COMMIT"]
+    found = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True)
+    return found.stdout.strip() if found.returncode == 0 else "unknown"
+
+
+def environment(work: Path, repo_copy: Path, commit: str) -> dict[str, str]:
+    env = dict(os.environ)
+    paths = [str(work / "site"), str(repo_copy), env.get("PYTHONPATH", "")]
+    env.update(
+        PYTHONPATH=os.pathsep.join(p for p in paths if p),
+        PAPER_TABLES_COMMIT=commit,
+        PYTHONUNBUFFERED="1",
+        CUDA_MPS_PIPE_DIRECTORY=str(work / "mps" / "pipe"),
+        CUDA_MPS_LOG_DIRECTORY=str(work / "mps" / "log"),
+        # NVLink multicast stays off on shared hosts (it can put their GPUs out of service)
+        NCCL_NVLS_ENABLE="0",
+        TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
+        NVSHMEM_DISABLE_NVLS="1",
+    )
+    return env
+
+
+def start_mps(env: dict[str, str]) -> bool:
+    """One CUDA MPS daemon for every job of this host (``paper_tables.py --mps`` would start one per job)."""
+    control = shutil.which("nvidia-cuda-mps-control")
+    if control is None:
+        return False
+    for key in ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"):
+        Path(env[key]).mkdir(parents=True, exist_ok=True)
+    if not (Path(env["CUDA_MPS_PIPE_DIRECTORY"]) / "control").exists():
+        subprocess.run([control, "-d"], env=env, check=False, timeout=60)
+    return True
+
+
+def parse_job(text: str) -> dict[str, str]:
+    """``name|configs|methods|seeds|per_gpu|gpus``.
+
+    >>> parse_job("c5|cifarfs_5w5s|MAML Units-ML|0 1 2|3|0,1,2")["methods"]
+    'MAML Units-ML'
+    """
+    fields = text.split("|")
+    keys = ("name", "configs", "methods", "seeds", "per_gpu", "gpus")
+    if len(fields) != len(keys) or not all(f.strip() for f in fields):
+        raise ValueError(f"a job is {'|'.join(keys)}, all six given; got {text!r}")
+    return dict(zip(keys, (f.strip() for f in fields), strict=True))
+
+
+def launch(jobs: Sequence[str], ready: set[str], work: Path, deadline: float, extra: str = "") -> list[str]:
+    """Start each job whose datasets are ready and that has not started yet, in its own session; their names."""
+    commit = commit_of(REPO)
+    repo_copy = work / f"repo-{commit}"
+    if not repo_copy.is_dir():
+        shutil.copytree(REPO, repo_copy, ignore=NOT_COPIED)
+    env = environment(work, repo_copy, commit)
+    started = []
+    for text in jobs:
+        job = parse_job(text)
+        marker = work / "runs" / f"{job['name']}.started"
+        needs = {dataset_of(c) for c in job["configs"].split()}
+        if marker.exists():
+            continue
+        if not needs <= ready:
+            print(f"[gpu_host] {job['name']} waits for {', '.join(sorted(needs - ready))}")
+            continue
+        use_mps = start_mps(env)
+        limit = int(deadline - time.time())
+        command = [
+            sys.executable, "benchmarks/paper_tables.py", "--configs", *job["configs"].split(),
+            "--methods", *job["methods"].split(), "--seeds", *job["seeds"].split(), "--per-gpu", job["per_gpu"],
+            "--gpus", job["gpus"], "--root", str(work / "runs" / job["name"]), "--data-root", str(work / "data"),
+            "--time-limit", str(limit), "--grace", "45",
+        ]  # fmt: skip
+        if extra:
+            command += ["--extra", *extra.split()]
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        with open(work / "runs" / f"{job['name']}.log", "w") as log:
+            subprocess.Popen(
+                command, cwd=repo_copy, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )  # fmt: skip
+        marker.write_text(json.dumps({"command": command, "started": time.time()}))
+        started.append(job["name"])
+        print(f"[gpu_host] {time.strftime('%X')} started {job['name']} ({limit} s to the deadline, MPS {use_mps})")
+    return started
+
+
+def progress(runs: Path) -> list[str]:
+    """One line per run folder: its newest step, validation accuracy, tests done, and whether it is done."""
+    import csv
+
+    lines = []
+    for run in sorted(runs.glob("*/*/*/seed*")):
+        step, accuracy = -1, ""
+        for metrics in run.rglob("metrics.csv"):
+            with open(metrics) as handle:
+                for row in csv.DictReader(handle):
+                    if (row.get("step") or "").isdigit():
+                        step = max(step, int(row["step"]))
+                    accuracy = row.get("val/acc") or accuracy
+        tests = len(list(run.glob("test/*/results.json")))
+        done = " done" if (run / "done.json").is_file() else ""
+        lines.append(f"  {run.relative_to(runs)}: step {step}, val/acc {accuracy[:6]}, {tests} tests{done}")
+    return lines
+
+
+def running(work: Path) -> bool:
+    """Whether a paper_tables process of this host's jobs is alive."""
+    found = subprocess.run(["pgrep", "-f", f"paper_tables.py.*--root {work / 'runs'}/"], capture_output=True)
+    return found.returncode == 0
+
+
+def watch(work: Path, deadline: float, wait: float, every: float) -> None:
+    end = time.time() + wait
+    while True:
+        print(f"[gpu_host] {time.strftime('%X')}, {int(deadline - time.time())} s to the deadline")
+        print("\n".join(progress(work / "runs")), flush=True)
+        if not running(work):
+            print("[gpu_host] no job running")
+            return
+        if time.time() + every > end:
+            return
+        time.sleep(every)
+
+
+def collect(work: Path, out: Path) -> list[Path]:
+    """Pack the run folders into ``out/runs.tgz.NN`` (each under 16 MiB): every file but checkpoints, and the
+    checkpoints of runs that are not done (to test or continue elsewhere)."""
+    runs = work / "runs"
+    archive = work / "runs.tgz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for path in sorted(p for p in runs.rglob("*") if p.is_file()):
+            relative = path.relative_to(runs)
+            seed = next((parent for parent in path.parents if parent.name.startswith("seed")), None)
+            if path.suffix == ".ckpt" and (seed is None or (seed / "done.json").is_file()):
+                continue
+            tar.add(path, arcname=str(relative))
+    out.mkdir(parents=True, exist_ok=True)
+    pieces = []
+    with open(archive, "rb") as source:
+        for index, block in enumerate(iter(lambda: source.read(OUT_PIECE), b"")):
+            piece = out / f"runs.tgz.{index:02d}"
+            piece.write_bytes(block)
+            pieces.append(piece)
+    return pieces
+
+
+def run(args: argparse.Namespace) -> int:
+    work = args.work
+    (work / "runs").mkdir(parents=True, exist_ok=True)
+    deadline_file = work / "deadline"
+    if not deadline_file.exists():
+        deadline_file.write_text(str(time.time() + args.deadline))
+    deadline = float(deadline_file.read_text())
+    ready = stage(args.carry, work)
+    print(f"[gpu_host] {time.strftime('%X')} datasets ready: {', '.join(sorted(ready)) or 'none'}")
+    launch(args.jobs.split(";") if args.jobs else [], ready, work, deadline, args.extra)
+    watch(work, deadline, args.wait, args.every)
+    if args.collect:
+        for piece in collect(work, args.collect):
+            print(f"[gpu_host] {piece} ({piece.stat().st_size} bytes)")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    prep = commands.add_parser("prepare", help="here: wheels and dataset parts")
+    prep.add_argument("--datasets", nargs="+", choices=DATASETS, default=["omniglot", "cifarfs"])
+    prep.add_argument("--shared", type=Path, default=REPO.parent / "shared" / "data")
+    prep.add_argument("--out", type=Path, default=REPO / ".device")
+    prep.add_argument("--part-mb", type=float, default=58.0, help="MB a part (the repository travels beside it)")
+    prep.add_argument("--no-wheels", action="store_true")
+    there = commands.add_parser("run", help="there: stage what this call carries, start jobs, watch, collect")
+    there.add_argument("--carry", type=Path, default=REPO / ".device")
+    there.add_argument("--work", type=Path, default=Path("/tmp/gpu_host"))
+    there.add_argument("--jobs", default="", help="name|configs|methods|seeds|per_gpu|gpus, ';' between jobs")
+    there.add_argument("--extra", default="", help="overrides for every run (paper_tables.py --extra)")
+    there.add_argument("--deadline", type=float, default=1500, help="seconds from the first call; the jobs stop then")
+    there.add_argument("--wait", type=float, default=0, help="seconds to watch the jobs before returning")
+    there.add_argument("--every", type=float, default=60)
+    there.add_argument("--collect", type=Path, help="pack the run folders into this folder (e.g. $OUT)")
+    args = parser.parse_args(argv)
+    if args.command == "prepare":
+        for folder in prepare(args.shared, args.datasets, args.out, args.part_mb, not args.no_wheels):
+            size = sum(p.stat().st_size for p in folder.iterdir())
+            print(f"{folder}: {size / 1e6:.1f} MB")
+        return 0
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

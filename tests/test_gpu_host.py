@@ -1,0 +1,117 @@
+"""``benchmarks/gpu_host.py``: datasets cut into parts that travel one call at a time and join back byte for byte,
+and a job that starts only once its data is complete, outlives the call that started it and is packed for the trip
+back (a real ``paper_tables.py`` run of Omniglot, shrunk to seconds, on the CPU)."""
+
+import json
+import shutil
+import tarfile
+import time
+
+import pytest
+from tiny_setup import SHARED_DATA
+
+from benchmarks import gpu_host
+
+
+@pytest.mark.parametrize("part", [1, 3, 7, 100])
+def test_parts_cover_every_byte_once_and_stay_under_the_part_size(part):
+    files = {"a": 0, "b": 5, "c": 23, "d/e": 7}
+    parts = gpu_host.plan_parts(files, part)
+    assert all(sum(length for _, _, length in p) <= part for p in parts)
+    for name, size in files.items():
+        pieces = sorted((offset, length) for p in parts for n, offset, length in p if n == name)
+        covered = [offset + i for offset, length in pieces for i in range(length)]
+        assert covered == list(range(size))
+
+
+def _shared(tmp_path, sizes):
+    shared = tmp_path / "shared"
+    for name, size in sizes.items():
+        path = shared / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(bytes((i * 7 + len(name)) % 251 for i in range(size)))
+    return shared
+
+
+def _call(tmp_path, prepared, parts, name):
+    """What one call carries: only ``parts`` of the prepared folders."""
+    carry = tmp_path / name
+    for part in parts:
+        shutil.copytree(prepared / part, carry / part)
+    return carry
+
+
+def test_a_dataset_is_ready_once_every_piece_has_come_and_joins_to_the_same_bytes(tmp_path):
+    shared = _shared(tmp_path, {"omniglot/x.zip": 2500, "omniglot/y.zip": 900, "cifarfs/splits/t.txt": 10})
+    folders = gpu_host.prepare(shared, ["omniglot", "cifarfs"], tmp_path / "out", part_mb=0.001, wheels=False)
+    assert len(folders) == 4  # x.zip in 3 pieces of 1,000 bytes or less, y.zip and t.txt beside them
+    work = tmp_path / "work"
+    seen = []
+    for index, folder in enumerate(folders):
+        seen.append(gpu_host.stage(_call(tmp_path, tmp_path / "out", [folder.name], f"call{index}"), work))
+    assert seen[-1] == {"omniglot", "cifarfs"} and seen[0] != seen[-1]
+    for name in ("omniglot/x.zip", "omniglot/y.zip", "cifarfs/splits/t.txt"):
+        assert (work / "data" / name).read_bytes() == (shared / name).read_bytes()
+    assert not list((work / "parts").glob("*@*"))  # pieces are dropped once joined
+
+
+def test_parts_of_two_prepares_make_both_datasets_ready(tmp_path):
+    shared = _shared(tmp_path, {"omniglot/x.zip": 300, "miniimagenet/y.zip": 200})
+    first = gpu_host.prepare(shared, ["omniglot"], tmp_path / "one", part_mb=1, wheels=False)
+    second = gpu_host.prepare(shared, ["miniimagenet"], tmp_path / "two", part_mb=1, wheels=False)
+    work = tmp_path / "work"
+    assert gpu_host.stage(_call(tmp_path, tmp_path / "one", [first[0].name], "a"), work) == {"omniglot"}
+    assert gpu_host.stage(_call(tmp_path, tmp_path / "two", [second[0].name], "b"), work) == {
+        "omniglot",
+        "miniimagenet",
+    }
+
+
+def test_a_piece_that_does_not_join_to_the_manifest_sha256_is_refused(tmp_path):
+    shared = _shared(tmp_path, {"omniglot/x.zip": 2500})
+    folders = gpu_host.prepare(shared, ["omniglot"], tmp_path / "out", part_mb=0.001, wheels=False)
+    piece = next(p for p in folders[1].iterdir() if "@" in p.name)
+    piece.write_bytes(b"\0" + piece.read_bytes()[1:])
+    with pytest.raises(RuntimeError, match="sha256 differs"):
+        for folder in folders:
+            gpu_host.stage(_call(tmp_path, tmp_path / "out", [folder.name], f"c-{folder.name}"), tmp_path / "work")
+    assert not (tmp_path / "work" / "data" / "omniglot" / "x.zip").exists()
+
+
+def test_jobs_name_their_six_fields_and_configs_their_dataset():
+    with pytest.raises(ValueError, match="all six given"):
+        gpu_host.parse_job("c5|cifarfs_5w5s|MAML|0|3")
+    assert gpu_host.dataset_of("budget_omniglot_20w1s") == "omniglot"
+    with pytest.raises(ValueError, match="no dataset named"):
+        gpu_host.dataset_of("quickstart")
+
+
+@pytest.mark.data
+@pytest.mark.skipif(not (SHARED_DATA / "omniglot").is_dir(), reason=f"no Omniglot zips under {SHARED_DATA}")
+def test_a_job_waits_for_its_data_then_runs_on_past_its_call_and_is_packed(tmp_path, monkeypatch):
+    monkeypatch.setenv("UNITS_LIGHTNING_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PAPER_TABLES_COMMIT", "test")
+    folders = gpu_host.prepare(SHARED_DATA, ["omniglot"], tmp_path / "out", part_mb=6, wheels=False)
+    assert len(folders) == 3  # images_background.zip (8.4 MB) is cut in two
+    work, out = tmp_path / "work", tmp_path / "back"
+    job = "o|omniglot_5w1s|Units-ML|0|1|0"
+    extra = "trainer.max_steps=4 trainer.val_check_interval=2 data.val_tasks=4 data.test_tasks=4 model.capture=none"
+    for index, folder in enumerate(folders):
+        carry = _call(tmp_path, tmp_path / "out", [folder.name], f"call{index}")
+        argv = ["run", "--carry", str(carry), "--work", str(work), "--jobs", job, "--extra", extra, "--every", "1"]
+        assert gpu_host.main(argv) == 0
+        started = (work / "runs" / "o.started").exists()
+        assert started == (index == len(folders) - 1)  # not before the last part has come
+    # the call that started it has returned; the job runs on in its own session, and a later call collects it
+    deadline = time.time() + 600
+    while gpu_host.running(work) and time.time() < deadline:
+        time.sleep(2)
+    assert gpu_host.main(["run", "--carry", str(tmp_path / "none"), "--work", str(work), "--collect", str(out)]) == 0
+    pieces = sorted(out.iterdir())
+    (tmp_path / "runs.tgz").write_bytes(b"".join(p.read_bytes() for p in pieces))
+    with tarfile.open(tmp_path / "runs.tgz") as tar:
+        names = tar.getnames()
+        done = json.load(tar.extractfile("o/omniglot_5w1s/units-ml/seed0/done.json"))
+    assert "o/omniglot_5w1s/units-ml/seed0/done.json" in names, (work / "runs" / "o.log").read_text()[-3000:]
+    assert not any(name.endswith(".ckpt") for name in names)  # a done run's checkpoints stay behind
+    assert done["commit"] == "test"  # the commit the host ran, which has no git history there
