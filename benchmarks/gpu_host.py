@@ -113,10 +113,11 @@ def prepare(shared: Path, datasets: Sequence[str], out: Path, part_mb: float, wh
     parts = plan_parts(files, int(part_mb * 1e6))
     for name in manifest:
         manifest[name]["pieces"] = sum(p[0] == name for part in parts for p in part)
+    for stale in out.glob("p[0-9]*"):  # the parts of an earlier prepare into the same folder
+        shutil.rmtree(stale)
     folders = []
     for index, part in enumerate(parts, 1):
         folder = out / f"p{index}"
-        shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
         for name, offset, length in part:
             with open(shared / name, "rb") as source, open(folder / f"{name.replace('/', '~')}@{offset}", "wb") as sink:

@@ -55,6 +55,15 @@ def test_a_dataset_is_ready_once_every_piece_has_come_and_joins_to_the_same_byte
     assert not list((work / "parts").glob("*@*"))  # pieces are dropped once joined
 
 
+def test_a_second_prepare_into_the_same_folder_leaves_none_of_the_first_s_parts(tmp_path):
+    shared = _shared(tmp_path, {"omniglot/x.zip": 2500})
+    assert len(gpu_host.prepare(shared, ["omniglot"], tmp_path / "out", part_mb=0.001, wheels=False)) == 3
+    assert gpu_host.prepare(shared, ["omniglot"], tmp_path / "out", part_mb=1, wheels=False) == [
+        tmp_path / "out" / "p1"
+    ]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["p1"]
+
+
 def test_parts_of_two_prepares_make_both_datasets_ready(tmp_path):
     shared = _shared(tmp_path, {"omniglot/x.zip": 300, "miniimagenet/y.zip": 200})
     first = gpu_host.prepare(shared, ["omniglot"], tmp_path / "one", part_mb=1, wheels=False)
