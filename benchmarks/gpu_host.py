@@ -15,6 +15,12 @@ when no next call follows (this project's GPU figures in docs/RESULTS.md were ma
     # there, the last call: wait until every job has ended (or the deadline), then pack the run folders into $OUT
     python3 benchmarks/gpu_host.py run --carry .device --wait 600 --collect "$OUT"
 
+Settings are chosen on validation tasks with screens, ``--screens "name|config|seeds|gpus|steps|overrides"``: one
+``units-lightning fit`` a seed (on the GPUs in turn) of ``steps`` steps with the overrides, validated every 500 steps,
+no checkpoint and no test, its metrics in ``<work>/runs/<name>/<config>/screen/seed<k>``; back here,
+``python benchmarks/gpu_host.py screens <unpacked runs> --steps 2500 3500`` prints each seed's mean validation
+accuracy over those steps, its last validation and vacuity, and where ``CollapseMonitor`` first warned.
+
 A job is ``name|configs|methods|seeds|per_gpu|gpus`` (the arguments of ``benchmarks/paper_tables.py``, whose run
 folders go to ``<work>/runs/<name>``): it needs the datasets its configs read, and runs with ``--time-limit`` up to
 the deadline, which the first ``run`` sets (``--deadline`` seconds from then) and the later ones keep. Every job of
@@ -36,6 +42,8 @@ import argparse
 import hashlib
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -229,42 +237,90 @@ def parse_job(text: str) -> dict[str, str]:
     return dict(zip(keys, (f.strip() for f in fields), strict=True))
 
 
-def launch(jobs: Sequence[str], ready: set[str], work: Path, deadline: float, extra: str = "") -> list[str]:
-    """Start each job whose datasets are ready and that has not started yet, in its own session; their names."""
+def parse_screen(text: str) -> dict[str, str]:
+    """``name|config|seeds|gpus|steps|overrides``: validation-only fits, the overrides (fit options) on each.
+
+    >>> parse_screen("eta03|miniimagenet_5w1s|0 1|0,1|6000|--model.eta.init_args.peak 0.3")["overrides"]
+    '--model.eta.init_args.peak 0.3'
+    """
+    fields = [f.strip() for f in text.split("|")]
+    keys = ("name", "config", "seeds", "gpus", "steps", "overrides")
+    if len(fields) != len(keys) or not all(fields[:5]) or not fields[4].isdigit():
+        raise ValueError(f"a screen is {'|'.join(keys)}, the first five given, steps a number; got {text!r}")
+    return dict(zip(keys, fields, strict=True))
+
+
+def job_commands(job: dict[str, str], work: Path, limit: int, extra: str) -> list[tuple[list[str], dict, Path]]:
+    """A paper_tables job: one command, which packs its runs onto its GPUs itself."""
+    command = [
+        sys.executable, "benchmarks/paper_tables.py", "--configs", *job["configs"].split(),
+        "--methods", *job["methods"].split(), "--seeds", *job["seeds"].split(), "--per-gpu", job["per_gpu"],
+        "--gpus", job["gpus"], "--root", str(work / "runs" / job["name"]), "--data-root", str(work / "data"),
+        "--time-limit", str(limit), "--grace", "45", *(["--extra", *extra.split()] if extra else []),
+    ]  # fmt: skip
+    return [(command, {}, work / "runs" / f"{job['name']}.log")]
+
+
+def screen_commands(screen: dict[str, str], work: Path, limit: int) -> list[tuple[list[str], dict, Path]]:
+    """A screen: one fit a seed, on the GPUs in turn, validated every 500 steps with no checkpoint and no test (the
+    choice is made on validation tasks only), stopped by SIGTERM at the deadline with what it has logged."""
+    config, gpus = screen["config"], screen["gpus"].split(",")
+    commands = []
+    for index, seed in enumerate(screen["seeds"].split()):
+        folder = work / "runs" / screen["name"] / config / "screen" / f"seed{seed}"
+        folder.mkdir(parents=True, exist_ok=True)
+        logger = {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": str(folder)}}
+        command = [
+            "timeout", "-s", "TERM", "-k", "30", str(limit),
+            sys.executable, "-m", "units_lightning", "fit", "--config", f"configs/{config}.yaml",
+            f"--data.init_args.root={work / 'data' / dataset_of(config)}", f"--seed_everything={seed}",
+            f"--data.init_args.seed={seed}", f"--trainer.max_steps={screen['steps']}",
+            "--trainer.val_check_interval=500", "--trainer.callbacks=[]", "--trainer.enable_checkpointing=false",
+            f"--trainer.logger={json.dumps(logger)}",
+            *shlex.split(screen["overrides"]),
+        ]  # fmt: skip
+        environment = {"CUDA_VISIBLE_DEVICES": gpus[index % len(gpus)], "OMP_NUM_THREADS": "4"}
+        commands.append((command, environment, folder / "console.log"))
+    return commands
+
+
+def launch(
+    jobs: Sequence[str], ready: set[str], work: Path, deadline: float, extra: str = "", screens: Sequence[str] = ()
+) -> list[str]:
+    """Start each job and screen whose datasets are ready and that has not started yet, each command in its own
+    session; their names."""
     commit = commit_of(REPO)
     repo_copy = work / f"repo-{commit}"
     if not repo_copy.is_dir():
         shutil.copytree(REPO, repo_copy, ignore=NOT_COPIED)
     env = environment(work, repo_copy, commit)
     started = []
-    for text in jobs:
-        job = parse_job(text)
-        marker = work / "runs" / f"{job['name']}.started"
-        needs = {dataset_of(c) for c in job["configs"].split()}
+    items = [(parse_job(t), "job") for t in jobs] + [(parse_screen(t), "screen") for t in screens]
+    for item, kind in items:
+        marker = work / "runs" / f"{item['name']}.started"
+        configs = item["configs"].split() if kind == "job" else [item["config"]]
+        needs = {dataset_of(c) for c in configs}
         if marker.exists():
             continue
         if not needs <= ready:
-            print(f"[gpu_host] {job['name']} waits for {', '.join(sorted(needs - ready))}")
+            print(f"[gpu_host] {item['name']} waits for {', '.join(sorted(needs - ready))}")
             continue
         use_mps = start_mps(env)
         limit = int(deadline - time.time())
-        command = [
-            sys.executable, "benchmarks/paper_tables.py", "--configs", *job["configs"].split(),
-            "--methods", *job["methods"].split(), "--seeds", *job["seeds"].split(), "--per-gpu", job["per_gpu"],
-            "--gpus", job["gpus"], "--root", str(work / "runs" / job["name"]), "--data-root", str(work / "data"),
-            "--time-limit", str(limit), "--grace", "45",
-        ]  # fmt: skip
-        if extra:
-            command += ["--extra", *extra.split()]
         marker.parent.mkdir(parents=True, exist_ok=True)
-        with open(work / "runs" / f"{job['name']}.log", "w") as log:
-            subprocess.Popen(
-                command, cwd=repo_copy, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )  # fmt: skip
-        marker.write_text(json.dumps({"command": command, "started": time.time()}))
-        started.append(job["name"])
-        print(f"[gpu_host] {time.strftime('%X')} started {job['name']} ({limit} s to the deadline, MPS {use_mps})")
+        if kind == "job":
+            commands = job_commands(item, work, limit, extra)
+        else:
+            commands = screen_commands(item, work, limit)
+        for command, variables, log_path in commands:
+            with open(log_path, "w") as log:
+                subprocess.Popen(
+                    command, cwd=repo_copy, env={**env, **variables}, stdout=log, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL, start_new_session=True,
+                )  # fmt: skip
+        marker.write_text(json.dumps({"commands": [c for c, _, _ in commands], "started": time.time()}))
+        started.append(item["name"])
+        print(f"[gpu_host] {time.strftime('%X')} started {item['name']} ({limit} s to the deadline, MPS {use_mps})")
     return started
 
 
@@ -287,9 +343,46 @@ def progress(runs: Path) -> list[str]:
     return lines
 
 
+def screen_validations(run: Path) -> dict[int, tuple[float, float]]:
+    """A screen fit's validations: step (counted from 1) -> (accuracy %, vacuity)."""
+    import csv
+
+    found = {}
+    for metrics in run.rglob("metrics.csv"):
+        with open(metrics) as handle:
+            for row in csv.DictReader(handle):
+                if row.get("val/acc"):
+                    found[int(row["step"]) + 1] = (100 * float(row["val/acc"]), float(row["val/vacuity"]))
+    return dict(sorted(found.items()))
+
+
+def screen_report(root: Path, first: int, last: int) -> list[str]:
+    """Per screen (``<name>/<config>``) and seed: the mean validation accuracy over steps ``first``-``last``, the
+    last validation with its vacuity, and the step of ``CollapseMonitor``'s first warning; then the mean over seeds."""
+    lines, groups = [], {}
+    for run in sorted(root.glob("*/*/screen/seed*")):
+        validations = screen_validations(run)
+        window = [accuracy for step, (accuracy, _) in validations.items() if first <= step <= last]
+        console = run / "console.log"
+        warning = re.search(r"looks collapsed at step (\d+)", console.read_text()) if console.is_file() else None
+        name = f"{run.parents[2].name}/{run.parents[1].name}"
+        mean = sum(window) / len(window) if window else float("nan")
+        groups.setdefault(name, []).append(mean)
+        end = "none"
+        if validations:
+            step = max(validations)
+            end = f"{step}: {validations[step][0]:.2f} / {validations[step][1]:.3f}"
+        lines.append(
+            f"{name} {run.name}: {mean:.2f} over {len(window)} validations in {first}-{last}; last {end}; "
+            f"first warning {warning.group(1) if warning else 'none'}"
+        )
+    lines += [f"{name}: {sum(means) / len(means):.2f} over {len(means)} seeds" for name, means in groups.items()]
+    return lines
+
+
 def running(work: Path) -> bool:
-    """Whether a paper_tables process of this host's jobs is alive."""
-    found = subprocess.run(["pgrep", "-f", f"paper_tables.py.*--root {work / 'runs'}/"], capture_output=True)
+    """Whether a process of this host's jobs or screens is alive (each names a folder under ``<work>/runs``)."""
+    found = subprocess.run(["pgrep", "-f", f"{work / 'runs'}/"], capture_output=True)
     return found.returncode == 0
 
 
@@ -337,7 +430,8 @@ def run(args: argparse.Namespace) -> int:
     deadline = float(deadline_file.read_text())
     ready = stage(args.carry, work)
     print(f"[gpu_host] {time.strftime('%X')} datasets ready: {', '.join(sorted(ready)) or 'none'}")
-    launch(args.jobs.split(";") if args.jobs else [], ready, work, deadline, args.extra)
+    jobs, screens = (text.split(";") if text else [] for text in (args.jobs, args.screens))
+    launch(jobs, ready, work, deadline, args.extra, screens)
     watch(work, deadline, args.wait, args.every)
     if args.collect:
         for piece in collect(work, args.collect):
@@ -359,11 +453,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     there.add_argument("--work", type=Path, default=Path("/tmp/gpu_host"))
     there.add_argument("--jobs", default="", help="name|configs|methods|seeds|per_gpu|gpus, ';' between jobs")
     there.add_argument("--extra", default="", help="overrides for every run (paper_tables.py --extra)")
+    there.add_argument("--screens", default="", help="name|config|seeds|gpus|steps|overrides, ';' between screens")
     there.add_argument("--deadline", type=float, default=1500, help="seconds from the first call; the jobs stop then")
     there.add_argument("--wait", type=float, default=0, help="seconds to watch the jobs before returning")
     there.add_argument("--every", type=float, default=60)
     there.add_argument("--collect", type=Path, help="pack the run folders into this folder (e.g. $OUT)")
+    report = commands.add_parser("screens", help="here: the validations of screens brought back")
+    report.add_argument("root", type=Path, help="the folder that holds <name>/<config>/screen/seed<k>")
+    report.add_argument("--steps", type=int, nargs=2, default=(2500, 3500), metavar=("FIRST", "LAST"))
     args = parser.parse_args(argv)
+    if args.command == "screens":
+        print("\n".join(screen_report(args.root, *args.steps)))
+        return 0
     if args.command == "prepare":
         for folder in prepare(args.shared, args.datasets, args.out, args.part_mb, not args.no_wheels):
             size = sum(p.stat().st_size for p in folder.iterdir())

@@ -105,12 +105,14 @@ def test_a_job_waits_for_its_data_then_runs_on_past_its_call_and_is_packed(tmp_p
     work, out = tmp_path / "work", tmp_path / "back"
     job = "o|omniglot_5w1s|Units-ML|0|1|0"
     extra = "trainer.max_steps=4 trainer.val_check_interval=2 data.val_tasks=4 data.test_tasks=4 model.capture=none"
+    tiny = "--trainer.val_check_interval=2 --data.init_args.val_tasks=4 --model.capture=none"
+    screen = f"s|omniglot_5w1s|0 1|0|4|{tiny} --model.eta.init_args.peak 0.3"
     for index, folder in enumerate(folders):
         carry = _call(tmp_path, tmp_path / "out", [folder.name], f"call{index}")
         argv = ["run", "--carry", str(carry), "--work", str(work), "--jobs", job, "--extra", extra, "--every", "1"]
-        assert gpu_host.main(argv) == 0
-        started = (work / "runs" / "o.started").exists()
-        assert started == (index == len(folders) - 1)  # not before the last part has come
+        assert gpu_host.main([*argv, "--screens", screen]) == 0
+        for name in ("o", "s"):  # not before the last part has come
+            assert (work / "runs" / f"{name}.started").exists() == (index == len(folders) - 1)
     # the call that started it has returned; the job runs on in its own session, and a later call collects it
     deadline = time.time() + 600
     while gpu_host.running(work) and time.time() < deadline:
@@ -124,3 +126,8 @@ def test_a_job_waits_for_its_data_then_runs_on_past_its_call_and_is_packed(tmp_p
     assert "o/omniglot_5w1s/units-ml/seed0/done.json" in names, (work / "runs" / "o.log").read_text()[-3000:]
     assert not any(name.endswith(".ckpt") for name in names)  # a done run's checkpoints stay behind
     assert done["commit"] == "test"  # the commit the host ran, which has no git history there
+    with tarfile.open(tmp_path / "runs.tgz") as tar:
+        tar.extractall(tmp_path / "unpacked", filter="data")
+    report = gpu_host.screen_report(tmp_path / "unpacked", 1, 4)
+    assert len(report) == 3 and report[-1] == f"s/omniglot_5w1s: {report[-1].split(': ')[1]}", report
+    assert all("over 2 validations in 1-4; last 4: " in line for line in report[:2]), report  # steps 2 and 4
