@@ -3,7 +3,7 @@ the runs outlive the call that starts them, and a later call watches them and pa
 
 Made for a command runner that sends the repository with at most 64 MiB of files per call, runs one command there,
 ends that command's processes unless they started their own session, and gives the host back soon after a call
-when no next call follows (this project's GPU figures in docs/RESULTS.md were made so). Three steps:
+when no next call follows (the way this project's GPU figures in docs/RESULTS.md were made). Three steps:
 
     # here, once: the wheels the host lacks and the datasets of ../shared/data cut into parts of at most 58 MB
     python benchmarks/gpu_host.py prepare --datasets omniglot cifarfs --out .device
