@@ -56,6 +56,7 @@ if not __package__:  # `python benchmarks/gpu_host.py`: `benchmarks` is imported
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import REPO  # noqa: E402
+from units_lightning.csv_history import run_metrics  # noqa: E402  (every segment of a run's history, each step once)
 
 DATASETS = ("omniglot", "cifarfs", "miniimagenet")
 WHEELS = ("jsonargparse", "typeshed_client", "docstring_parser")  # what the GPU image lacks (learn2learn is not needed)
@@ -326,17 +327,11 @@ def launch(
 
 def progress(runs: Path) -> list[str]:
     """One line per run folder: its newest step, validation accuracy, tests done, and whether it is done."""
-    import csv
-
     lines = []
     for run in sorted(runs.glob("*/*/*/seed*")):
-        step, accuracy = -1, ""
-        for metrics in run.rglob("metrics.csv"):
-            with open(metrics) as handle:
-                for row in csv.DictReader(handle):
-                    if (row.get("step") or "").isdigit():
-                        step = max(step, int(row["step"]))
-                    accuracy = row.get("val/acc") or accuracy
+        rows = run_metrics(run)
+        step = max((int(row["step"]) for row in rows if (row.get("step") or "").isdigit()), default=-1)
+        accuracy = next((row["val/acc"] for row in reversed(rows) if row.get("val/acc")), "")
         tests = len(list(run.glob("test/*/results.json")))
         done = " done" if (run / "done.json").is_file() else ""
         lines.append(f"  {run.relative_to(runs)}: step {step}, val/acc {accuracy[:6]}, {tests} tests{done}")
@@ -345,14 +340,11 @@ def progress(runs: Path) -> list[str]:
 
 def screen_validations(run: Path) -> dict[int, tuple[float, float]]:
     """A screen fit's validations: step (counted from 1) -> (accuracy %, vacuity)."""
-    import csv
-
-    found = {}
-    for metrics in run.rglob("metrics.csv"):
-        with open(metrics) as handle:
-            for row in csv.DictReader(handle):
-                if row.get("val/acc"):
-                    found[int(row["step"]) + 1] = (100 * float(row["val/acc"]), float(row["val/vacuity"]))
+    found = {
+        int(row["step"]) + 1: (100 * float(row["val/acc"]), float(row["val/vacuity"]))
+        for row in run_metrics(run)
+        if row.get("val/acc")
+    }
     return dict(sorted(found.items()))
 
 
