@@ -15,6 +15,12 @@ when no next call follows (the way this project's GPU figures in docs/RESULTS.md
     # there, the last call: wait until every job has ended (or the deadline), then pack the run folders into $OUT
     python3 benchmarks/gpu_host.py run --carry .device --wait 600 --collect "$OUT"
 
+Runs longer than one lease continue on the next host: ``--collect`` packs the checkpoints of every run that is not
+done, and a later host's first call carries those pieces back as ``.device/resume/runs.tgz.NN`` (all in that call);
+``run`` unpacks them into ``<work>/runs`` once (not the jobs' ``.started`` markers), so the same ``--jobs`` continues
+each run from its ``last.ckpt`` (``paper_tables.py`` skips the done ones). Keep ``--work`` the same: the run
+folders' checkpoints and loggers name their absolute paths.
+
 Settings are chosen on validation tasks with screens, ``--screens "name|config|seeds|gpus|steps|overrides"``: one
 ``units-lightning fit`` a seed (on the GPUs in turn) of ``steps`` steps with the overrides, validated every 500 steps,
 no checkpoint and no test, its metrics in ``<work>/runs/<name>/<config>/screen/seed<k>``; back here,
@@ -61,6 +67,7 @@ from units_lightning.csv_history import run_metrics  # noqa: E402  (every segmen
 DATASETS = ("omniglot", "cifarfs", "miniimagenet")
 WHEELS = ("jsonargparse", "typeshed_client", "docstring_parser")  # what the GPU image lacks (learn2learn is not needed)
 MANIFEST = "manifest.json"
+RESUME = "resume"  # the carried folder of a former host's runs.tgz.NN, to continue here
 OUT_PIECE = 15 * 2**20  # files that come back: at most 16 MiB each
 # what the copy of the repository the jobs run from leaves out
 NOT_COPIED = shutil.ignore_patterns(".git", ".device", ".venv", "runs", "wandb", "__pycache__", ".cache", ".*_cache")
@@ -155,6 +162,7 @@ def stage(carry: Path, work: Path) -> set[str]:
              str(work / "site"), *wheels],
             check=True,
         )  # fmt: skip
+    restore(carry, work)
     parts = work / "parts"
     parts.mkdir(parents=True, exist_ok=True)
     known = work / MANIFEST  # every manifest carried so far, merged: parts of several prepares may come
@@ -186,6 +194,33 @@ def stage(carry: Path, work: Path) -> set[str]:
         complete.add(name)
     datasets = {name.split("/", 1)[0] for name in manifest}
     return {d for d in datasets if all(n in complete for n in manifest if n.split("/", 1)[0] == d)}
+
+
+def restore(carry: Path, work: Path) -> list[str]:
+    """Unpack the run folders of a former host's ``--collect`` (carried as ``resume/runs.tgz.NN``) into
+    ``<work>/runs``, once per archive; the top-level files (each job's ``.started`` marker and log) stay behind, so
+    that the jobs start again and continue their runs. The names unpacked."""
+    pieces = sorted((carry / RESUME).glob("runs.tgz.[0-9]*"))
+    if not pieces:
+        return []
+    archive = work / "resume.tgz"
+    work.mkdir(parents=True, exist_ok=True)
+    with open(archive, "wb") as sink:
+        for piece in pieces:
+            sink.write(piece.read_bytes())
+    marker = work / f"resumed-{sha256(archive)[:16]}"
+    if marker.exists():
+        return []
+    try:
+        with tarfile.open(archive) as tar:
+            members = [m for m in tar.getmembers() if "/" in m.name]
+            tar.extractall(work / "runs", members=members, filter="data")
+    except (tarfile.TarError, EOFError) as error:
+        names = ", ".join(p.name for p in pieces)
+        raise RuntimeError(f"{carry / RESUME}: {names} do not make one archive ({error}); carry every piece") from error
+    marker.touch()
+    print(f"[gpu_host] resumed {len(members)} files from {len(pieces)} piece(s)")
+    return [m.name for m in members]
 
 
 def commit_of(repo: Path) -> str:
@@ -372,10 +407,22 @@ def screen_report(root: Path, first: int, last: int) -> list[str]:
     return lines
 
 
+def ancestors() -> set[int]:
+    """This process and its parents (``/proc``): a shell that started this script may name a run folder too."""
+    found, pid = set(), os.getpid()
+    while pid > 1 and pid not in found:
+        found.add(pid)
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            break
+    return found
+
+
 def running(work: Path) -> bool:
     """Whether a process of this host's jobs or screens is alive (each names a folder under ``<work>/runs``)."""
-    found = subprocess.run(["pgrep", "-f", f"{work / 'runs'}/"], capture_output=True)
-    return found.returncode == 0
+    found = subprocess.run(["pgrep", "-f", f"{work / 'runs'}/"], capture_output=True, text=True)
+    return bool({int(pid) for pid in found.stdout.split()} - ancestors())
 
 
 def watch(work: Path, deadline: float, wait: float, every: float) -> None:

@@ -3,7 +3,10 @@ and a job that starts only once its data is complete, outlives the call that sta
 back (a real ``paper_tables.py`` run of Omniglot, shrunk to seconds, on the CPU)."""
 
 import json
+import random
 import shutil
+import subprocess
+import sys
 import tarfile
 import time
 
@@ -131,3 +134,49 @@ def test_a_job_waits_for_its_data_then_runs_on_past_its_call_and_is_packed(tmp_p
     report = gpu_host.screen_report(tmp_path / "unpacked", 1, 4)
     assert len(report) == 3 and report[-1] == f"s/omniglot_5w1s: {report[-1].split(': ')[1]}", report
     assert all("over 2 validations in 1-4; last 4: " in line for line in report[:2]), report  # steps 2 and 4
+
+
+def test_runs_a_host_packed_unfinished_continue_on_the_next_host_and_are_unpacked_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu_host, "OUT_PIECE", 700)  # several pieces, all carried in one call
+    old = tmp_path / "old" / "runs"
+    run = old / "c5" / "cifarfs_5w5s" / "units-ml" / "seed0"
+    (run / "ckpt").mkdir(parents=True)
+    (run / "ckpt" / "last.ckpt").write_bytes(random.Random(0).randbytes(2000))  # does not compress
+    (old / "c5.started").write_text("{}")
+    (old / "c5.log").write_text("log")
+    pieces = gpu_host.collect(tmp_path / "old", tmp_path / "back")
+    assert len(pieces) > 1
+    carry = tmp_path / "carry"
+    (carry / gpu_host.RESUME).mkdir(parents=True)
+    for piece in pieces:
+        shutil.copy(piece, carry / gpu_host.RESUME / piece.name)
+    work = tmp_path / "new"
+    (work / "runs").mkdir(parents=True)
+    gpu_host.stage(carry, work)
+    restored = work / "runs" / "c5" / "cifarfs_5w5s" / "units-ml" / "seed0" / "ckpt" / "last.ckpt"
+    assert restored.read_bytes() == (run / "ckpt" / "last.ckpt").read_bytes()
+    assert not (work / "runs" / "c5.started").exists()  # so the job starts again, and continues the run
+    restored.write_bytes(b"written by the continued run")
+    gpu_host.stage(carry, work)  # the next call carries the same pieces: they do not overwrite the run
+    assert restored.read_bytes() == b"written by the continued run"
+
+
+def test_resume_pieces_that_do_not_make_one_archive_are_refused_by_name(tmp_path):
+    carry = tmp_path / "carry"
+    (carry / gpu_host.RESUME).mkdir(parents=True)
+    (carry / gpu_host.RESUME / "runs.tgz.00").write_bytes(b"\x1f\x8b\x08" + bytes(50))
+    with pytest.raises(RuntimeError, match=r"runs\.tgz\.00 do not make one archive"):
+        gpu_host.stage(carry, tmp_path / "work")
+
+
+def test_a_shell_that_names_a_run_folder_is_not_taken_for_a_running_job(tmp_path):
+    work = tmp_path / "work"
+    probe = f"import sys; sys.path.insert(0, {str(gpu_host.REPO)!r}); from benchmarks import gpu_host; "
+    probe += f"print(gpu_host.running(__import__('pathlib').Path({str(work)!r})))"
+    shell = f'{sys.executable} -c "{probe}"; true {work}/runs/c5.log'
+    assert subprocess.run(["bash", "-c", shell], capture_output=True, text=True).stdout.strip() == "False"
+    job = subprocess.Popen(["bash", "-c", f"sleep 30; true {work}/runs/c5"])
+    try:
+        assert subprocess.run(["bash", "-c", shell], capture_output=True, text=True).stdout.strip() == "True"
+    finally:
+        job.kill()
