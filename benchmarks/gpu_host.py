@@ -383,6 +383,18 @@ def screen_validations(run: Path) -> dict[int, tuple[float, float]]:
     return dict(sorted(found.items()))
 
 
+def collapse_step(run: Path) -> int | None:
+    """The step at which ``CollapseMonitor`` warned in a fit's folder: the fit summary's ``collapse_step``, else (a
+    fit killed before its summary) the first warning in its console log; None when it did not warn."""
+    for summary in sorted(run.rglob("summary.json")):
+        found = json.loads(summary.read_text()).get("collapse_step")
+        if found is not None:
+            return int(found)
+    console = run / "console.log"
+    warning = re.search(r"looks collapsed at step (\d+)", console.read_text()) if console.is_file() else None
+    return int(warning.group(1)) if warning else None
+
+
 def screen_report(root: Path, first: int, last: int) -> list[str]:
     """Per screen (``<name>/<config>``) and seed: the mean validation accuracy over steps ``first``-``last``, the
     last validation with its vacuity, and the step of ``CollapseMonitor``'s first warning; then the mean over seeds."""
@@ -390,8 +402,7 @@ def screen_report(root: Path, first: int, last: int) -> list[str]:
     for run in sorted(root.glob("*/*/screen/seed*")):
         validations = screen_validations(run)
         window = [accuracy for step, (accuracy, _) in validations.items() if first <= step <= last]
-        console = run / "console.log"
-        warning = re.search(r"looks collapsed at step (\d+)", console.read_text()) if console.is_file() else None
+        warning = collapse_step(run)
         name = f"{run.parents[2].name}/{run.parents[1].name}"
         mean = sum(window) / len(window) if window else float("nan")
         groups.setdefault(name, []).append(mean)
@@ -401,7 +412,7 @@ def screen_report(root: Path, first: int, last: int) -> list[str]:
             end = f"{step}: {validations[step][0]:.2f} / {validations[step][1]:.3f}"
         lines.append(
             f"{name} {run.name}: {mean:.2f} over {len(window)} validations in {first}-{last}; last {end}; "
-            f"first warning {warning.group(1) if warning else 'none'}"
+            f"first warning {'none' if warning is None else warning}"
         )
     lines += [f"{name}: {sum(means) / len(means):.2f} over {len(means)} seeds" for name, means in groups.items()]
     return lines

@@ -40,5 +40,6 @@ def test_a_diverged_run_is_named_in_a_warning_and_the_summary(tmp_path, capsys):
         )
     printed = capsys.readouterr().out
     assert "  warning: training looks collapsed at step" in printed and "model.lr" in printed
-    assert summary_of(cli)["collapse_warning"].startswith("training looks collapsed")
+    summary = summary_of(cli)
+    assert summary["collapse_warning"].startswith(f"training looks collapsed at step {summary['collapse_step']}: ")
     assert "stopped:" not in printed and "skipped steps" not in printed

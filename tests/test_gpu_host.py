@@ -180,3 +180,15 @@ def test_a_shell_that_names_a_run_folder_is_not_taken_for_a_running_job(tmp_path
         assert subprocess.run(["bash", "-c", shell], capture_output=True, text=True).stdout.strip() == "True"
     finally:
         job.kill()
+
+
+def test_a_screen_s_collapse_step_comes_from_its_summary_else_from_its_console(tmp_path):
+    summary, console, silent = (tmp_path / name for name in ("summary", "console", "silent"))
+    (summary / "cfg" / "version_0").mkdir(parents=True)
+    (summary / "cfg" / "version_0" / "summary.json").write_text(json.dumps({"collapse_step": 3199}))
+    (summary / "console.log").write_text("training looks collapsed at step 12: an older message")
+    console.mkdir()
+    (console / "console.log").write_text("UserWarning: training looks collapsed at step 1499: over the 100 steps")
+    (silent / "cfg" / "version_0").mkdir(parents=True)
+    (silent / "cfg" / "version_0" / "summary.json").write_text(json.dumps({"collapse_step": None}))
+    assert [gpu_host.collapse_step(run) for run in (summary, console, silent)] == [3199, 1499, None]

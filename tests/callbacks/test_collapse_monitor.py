@@ -30,6 +30,7 @@ def test_a_diverged_run_gets_a_warning_naming_the_steps_and_the_causes(tmp_path)
     message = str(warning.message)
     assert message == monitor.warning
     assert message.startswith("training looks collapsed at step 9: over the 5 steps 5-9 the labeled queries were ")
+    assert monitor.step == 9
     assert "(chance 20.00%) with mean vacuity 0.0000 (evidence saturated" in message
     assert monitor.diagnosis.startswith("the meta-update diverged") and f"Diagnosis: {monitor.diagnosis}." in message
     for cause in ("model.lr", "model.inner_lr", "collapse.window (now 5)"):

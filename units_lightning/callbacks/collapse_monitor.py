@@ -118,6 +118,7 @@ class CollapseMonitor(Callback):
 
     Attributes:
         warning: the message, once warned (the fit summary repeats it); None before.
+        step: the last step of the window that warned (the fit summary's ``collapse_step``); None before.
         diagnosis: the options that fix the collapse (``collapse_diagnosis``), once warned; None before. The fit
             summary reads it from the trainer's ``CollapseMonitor``.
     """
@@ -136,12 +137,13 @@ class CollapseMonitor(Callback):
         self.window, self.chance_margin, self.vacuity_margin, self.n_way = window, chance_margin, vacuity_margin, n_way
         self.warning: str | None = None
         self.diagnosis: str | None = None
+        self.step: int | None = None
         self._sums: Tensor | None = None  # correct queries, vacuity sum, queries: over the window's finite steps
         self._steps = 0
         self._first_step = 0
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.warning, self.diagnosis, self._sums, self._steps = None, None, None, 0
+        self.warning, self.diagnosis, self.step, self._sums, self._steps = None, None, None, None, 0
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -175,6 +177,7 @@ class CollapseMonitor(Callback):
         )
         eta = float(values["eta"])
         self.diagnosis = collapse_diagnosis(not saturated, getattr(pl_module, "loss", None), eta, n_way)
+        self.step = last
         self.warning = (
             f"training looks collapsed at step {last}: over the {self.window} steps {self._first_step}-{last} the "
             f"labeled queries were classified at {accuracy:.2%} (chance {chance:.2%}) with mean vacuity "

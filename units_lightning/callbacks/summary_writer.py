@@ -79,8 +79,8 @@ class SummaryWriter(Callback):
 
 def fit_summary(trainer: pl.Trainer, model: Any, wall_time_s: float, start_step: int = 0) -> dict[str, Any]:
     """Final validation metrics, labels spent, steps and wall time of a finished ``fit``; why it stopped when the
-    label budget ended it, the steps skipped as non-finite, the ``CollapseMonitor`` warning if one was given, and
-    the checkpoints written (paths relative to the run folder).
+    label budget ended it, the steps skipped as non-finite, the ``CollapseMonitor`` warning if one was given (with
+    its step, ``collapse_step``), and the checkpoints written (paths relative to the run folder).
 
     Args:
         trainer: the trainer that ran ``fit``.
@@ -102,12 +102,13 @@ def fit_summary(trainer: pl.Trainer, model: Any, wall_time_s: float, start_step:
     )
     ledger = model.ledger
     monitors = [c for c in trainer.callbacks if isinstance(c, CollapseMonitor)]
-    warnings_given = [c.warning for c in monitors if c.warning]
+    warned = [c for c in monitors if c.warning]
     diagnoses = [c.diagnosis for c in monitors if c.diagnosis]  # which options fix it (also inside the warning)
     summary.update(
         stopped=f"label budget of {ledger.budget} query sets reached" if ledger.exhausted else None,
         skipped_steps=ledger.skipped_steps,
-        collapse_warning=warnings_given[0] if warnings_given else None,
+        collapse_warning=warned[0].warning if warned else None,
+        collapse_step=warned[0].step if warned else None,
         collapse_diagnosis=diagnoses[0] if diagnoses else None,
         checkpoints=_checkpoints_written(trainer, run_directory(trainer)),
     )
