@@ -102,14 +102,13 @@ def fit_summary(trainer: pl.Trainer, model: Any, wall_time_s: float, start_step:
     )
     ledger = model.ledger
     monitors = [c for c in trainer.callbacks if isinstance(c, CollapseMonitor)]
-    warned = [c for c in monitors if c.warning]
-    diagnoses = [c.diagnosis for c in monitors if c.diagnosis]  # which options fix it (also inside the warning)
+    warned = next((c for c in monitors if c.warning), None)  # its diagnosis: the options that fix it
     summary.update(
         stopped=f"label budget of {ledger.budget} query sets reached" if ledger.exhausted else None,
         skipped_steps=ledger.skipped_steps,
-        collapse_warning=warned[0].warning if warned else None,
-        collapse_step=warned[0].step if warned else None,
-        collapse_diagnosis=diagnoses[0] if diagnoses else None,
+        collapse_warning=None if warned is None else warned.warning,
+        collapse_step=None if warned is None else warned.step,
+        collapse_diagnosis=None if warned is None else warned.diagnosis,
         checkpoints=_checkpoints_written(trainer, run_directory(trainer)),
     )
     return summary
