@@ -93,7 +93,8 @@ def test_vacuity_near_one_is_a_collapse_too_and_non_finite_steps_are_left_out():
         (
             EvidentialLoss(activation="relu"),
             [
-                "vacuity_weight, now 0; start small: 1.0, the authors' value, saturated",
+                "vacuity_weight, now 0; start small: 0.01 kept mini-ImageNet 5w1s learning",
+                "1.0, the authors' value, saturated",
                 "ib_reduction, now 'sum'",
                 "n_way = 5",
                 "activation, now 'relu'",

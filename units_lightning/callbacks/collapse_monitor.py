@@ -65,8 +65,9 @@ def collapse_diagnosis(frozen: bool, loss: Any, eta: float, n_way: int) -> str:
         weight = loss.vacuity_weight
         remedies.append(
             "the vacuity regulariser, which gives zero-evidence queries a gradient towards their label "
-            "(model.loss.vacuity_weight, now 0; start small: 1.0, the authors' value, saturated the evidence of "
-            "every CIFAR-FS screening run at chance)"
+            "(model.loss.vacuity_weight, now 0; start small: 0.01 kept mini-ImageNet 5w1s learning where every run "
+            "without it froze, 0.1 left it no vacuity, and 1.0, the authors' value, saturated the evidence of every "
+            "CIFAR-FS screening run at chance)"
             if weight == 0
             else f"a larger vacuity regulariser weight (model.loss.vacuity_weight, now {weight:g})"
         )
