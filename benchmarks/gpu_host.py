@@ -25,7 +25,8 @@ Settings are chosen on validation tasks with screens, ``--screens "name|config|s
 ``units-lightning fit`` a seed (on the GPUs in turn) of ``steps`` steps with the overrides, validated every 500 steps,
 no checkpoint and no test, its metrics in ``<work>/runs/<name>/<config>/screen/seed<k>``; back here,
 ``python benchmarks/gpu_host.py screens <unpacked runs> --steps 2500 3500`` prints each seed's mean validation
-accuracy over those steps, its last validation and vacuity, and where ``CollapseMonitor`` first warned.
+accuracy over those steps, its best validation, its last with its vacuity, and where ``CollapseMonitor`` first
+warned.
 
 A job is ``name|configs|methods|seeds|per_gpu|gpus`` (the arguments of ``benchmarks/paper_tables.py``, whose run
 folders go to ``<work>/runs/<name>``): it needs the datasets its configs read, and runs with ``--time-limit`` up to
@@ -397,7 +398,8 @@ def collapse_step(run: Path) -> int | None:
 
 def screen_report(root: Path, first: int, last: int) -> list[str]:
     """Per screen (``<name>/<config>``) and seed: the mean validation accuracy over steps ``first``-``last``, the
-    last validation with its vacuity, and the step of ``CollapseMonitor``'s first warning; then the mean over seeds."""
+    best validation with its step, the last with its vacuity (a last far below the best is a freeze the monitor has
+    not called yet), and the step of ``CollapseMonitor``'s first warning; then the mean over seeds."""
     lines, groups = [], {}
     for run in sorted(root.glob("*/*/screen/seed*")):
         validations = screen_validations(run)
@@ -406,13 +408,15 @@ def screen_report(root: Path, first: int, last: int) -> list[str]:
         name = f"{run.parents[2].name}/{run.parents[1].name}"
         mean = sum(window) / len(window) if window else float("nan")
         groups.setdefault(name, []).append(mean)
-        end = "none"
+        best, end = "none", "none"
         if validations:
+            top = max(validations, key=lambda step: validations[step][0])
             step = max(validations)
+            best = f"{validations[top][0]:.2f} ({top})"
             end = f"{step}: {validations[step][0]:.2f} / {validations[step][1]:.3f}"
         lines.append(
-            f"{name} {run.name}: {mean:.2f} over {len(window)} validations in {first}-{last}; last {end}; "
-            f"first warning {'none' if warning is None else warning}"
+            f"{name} {run.name}: {mean:.2f} over {len(window)} validations in {first}-{last}; best {best}; "
+            f"last {end}; first warning {'none' if warning is None else warning}"
         )
     lines += [f"{name}: {sum(means) / len(means):.2f} over {len(means)} seeds" for name, means in groups.items()]
     return lines

@@ -192,3 +192,19 @@ def test_a_screen_s_collapse_step_comes_from_its_summary_else_from_its_console(t
     (silent / "cfg" / "version_0").mkdir(parents=True)
     (silent / "cfg" / "version_0" / "summary.json").write_text(json.dumps({"collapse_step": None}))
     assert [gpu_host.collapse_step(run) for run in (summary, console, silent)] == [3199, 1499, None]
+
+
+def test_the_screen_report_gives_each_seed_s_best_beside_its_last_so_a_freeze_shows_before_the_monitor_warns(tmp_path):
+    for seed, accuracies in ((0, [0.32, 0.39, 0.23]), (1, [0.30, 0.31, 0.33])):
+        history = tmp_path / "eta0" / "cfg" / "screen" / f"seed{seed}" / "cfg" / "version_0"
+        history.mkdir(parents=True)
+        rows = [f"{500 * (index + 1) - 1},{accuracy},{0.4 + 0.2 * index}" for index, accuracy in enumerate(accuracies)]
+        (history / "metrics.csv").write_text("step,val/acc,val/vacuity\n" + "\n".join(rows) + "\n")
+    report = gpu_host.screen_report(tmp_path, 500, 1000)
+    assert report == [
+        "eta0/cfg seed0: 35.50 over 2 validations in 500-1000; best 39.00 (1000); last 1500: 23.00 / 0.800; "
+        "first warning none",
+        "eta0/cfg seed1: 30.50 over 2 validations in 500-1000; best 33.00 (1500); last 1500: 33.00 / 0.800; "
+        "first warning none",
+        "eta0/cfg: 33.00 over 2 seeds",
+    ]
