@@ -133,7 +133,7 @@ def test_a_job_waits_for_its_data_then_runs_on_past_its_call_and_is_packed(tmp_p
         tar.extractall(tmp_path / "unpacked", filter="data")
     report = gpu_host.screen_report(tmp_path / "unpacked", 1, 4)
     assert len(report) == 3 and report[-1] == f"s/omniglot_5w1s: {report[-1].split(': ')[1]}", report
-    assert all("over 2 validations in 1-4; last 4: " in line for line in report[:2]), report  # steps 2 and 4
+    assert all("over 2 validations in 1-4; best " in line and "; last 4: " in line for line in report[:2]), report
 
 
 def test_runs_a_host_packed_unfinished_continue_on_the_next_host_and_are_unpacked_once(tmp_path, monkeypatch):
