@@ -7,7 +7,8 @@ CIFAR-FS and mini-ImageNet with 2 queries per class, the common protocol (and ou
 query set once as a whole and once in class-balanced batches of ``c`` images per class for each ``--per-class c``
 (the labels only group the queries, as a sampler that draws several query sets of ``c`` per class would; a class
 with a remainder puts it into a last, smaller batch). It prints each protocol's accuracy and its paired difference
-from the whole set, mean and 95% interval over tasks, on the same adapted models and the same queries.
+from the whole set (as the evaluation step itself predicted it), mean and 95% interval over tasks, on the same
+queries and the same weights, adapted the same way.
 
     python benchmarks/query_batches.py --config configs/cifarfs_5w5s.yaml --per-class 1 2 7 -- \\
         --data.root <cifarfs> --data.init_args.eval_query_shots 14 --trainer.accelerator cpu \\
@@ -33,8 +34,6 @@ from torch import Tensor
 if not __package__:  # `python benchmarks/query_batches.py`: the callback is named by its importable path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from units_lightning.ledger import LabelLedger  # noqa: E402
-
 
 def balanced_batches(labels: Tensor, n_way: int, per_class: int) -> list[Tensor]:
     """(T, M) labels of class-balanced query sets -> index tensors (T, m_j) of batches of ``per_class`` queries of
@@ -53,13 +52,13 @@ class QueryBatches(Callback):
     per_class: tuple[int, ...] = (2,)
     rows: dict[str, list[Tensor]] = defaultdict(list)
 
-    def _measure(self, pl_module, batch) -> None:
-        labels = LabelLedger.evaluation_labels(batch)[:, 0]
-        queries = batch.query_x[:, 0]
+    def _measure(self, pl_module, outputs, batch) -> None:
+        """The whole set is what the evaluation step itself predicted (``outputs``); the batches are predicted here."""
+        labels, queries = outputs["labels"], batch.query_x[:, 0]
+        self.rows["whole"].append(outputs["correct"].float().mean(1))
         plans = {c: balanced_batches(labels, pl_module.n_way, c) for c in self.per_class}
-        sets = [queries] + [queries[torch.arange(len(queries))[:, None], i] for c in self.per_class for i in plans[c]]
+        sets = [queries[torch.arange(len(queries))[:, None], i] for c in self.per_class for i in plans[c]]
         logits = iter(pl_module.adapt_and_predict_sets(batch.support_x, batch.support_y, sets))
-        self.rows["whole"].append((next(logits).argmax(-1) == labels).float().mean(1))
         for c, batches in plans.items():
             correct = torch.zeros_like(labels, dtype=torch.float)
             for index in batches:
@@ -67,10 +66,10 @@ class QueryBatches(Callback):
             self.rows[f"{c} per class"].append(correct.mean(1))
 
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
-        self._measure(pl_module, batch)
+        self._measure(pl_module, outputs, batch)
 
     def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
-        self._measure(pl_module, batch)
+        self._measure(pl_module, outputs, batch)
 
 
 def report(rows: dict[str, list[Tensor]]) -> str:
