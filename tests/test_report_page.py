@@ -11,7 +11,7 @@ import yaml
 
 from units_lightning.cli import main
 from units_lightning.dashboard import build_report, read_run_log, runs_to_report, setting_name
-from units_lightning.dashboard.run_log import merge_parts
+from units_lightning.dashboard.run_log import merge_parts, wandb_parts
 from units_lightning.runs import find_run_folders
 
 SETTINGS = {
@@ -242,6 +242,26 @@ def test_a_resumed_and_tested_wandb_run_is_read_as_one_history():
     assert [row["step"] for row in merged] == [*range(10), *range(10, 15)]
     assert all("test/acc" not in row for row in merged)
     assert merged[-1]["train/loss_step"] == 0.5
+
+
+def test_wandb_parts_include_a_part_that_started_in_the_same_second(tmp_path):
+    # W&B names a part that starts in the same second as an earlier one of the run `<that folder>-1` (CI saw a
+    # `test` begin in the second its `fit` did, and the part went unread).
+    wandb_dir = tmp_path / "wandb"
+    names = [
+        "offline-run-20261129_045301-abc123",
+        "offline-run-20261129_045301-abc123-1",
+        "offline-run-20261129_045301-abc123-10",
+        "offline-run-20261129_045301-abc123-2",
+        "run-20261129_045302-abc123",
+    ]
+    other_runs = {"offline-run-20261129_045301-xabc123": "xabc123", "offline-run-20261129_045300-abc1234": "abc1234"}
+    for name, run_id in [*((name, "abc123") for name in names), *other_runs.items()]:
+        (wandb_dir / name).mkdir(parents=True)
+        (wandb_dir / name / f"run-{run_id}.wandb").write_bytes(b"")
+    (wandb_dir / "offline-run-20261129_045303-abc123").mkdir()  # no run file: nothing was logged
+    parts = wandb_parts(tmp_path / "units-lightning" / "abc123")
+    assert [p.name for p in parts] == [names[0], names[1], names[3], names[2], names[4]]
 
 
 def test_the_setting_is_named_from_the_loss_and_the_sampler():

@@ -9,6 +9,7 @@ checkpoint add parts). ``read_log`` reads one log file or folder as given.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,14 +89,23 @@ def read_log(run_dir: str | Path) -> RunLog:
 
 def wandb_parts(run_folder: str | Path) -> list[Path]:
     """The W&B run folders of a run folder ``<save_dir>/<project>/<run id>``: ``<save_dir>/wandb/*-<run id>`` that
-    hold a ``run-<id>.wandb`` file, oldest first (each process that logged to the run wrote one)."""
+    hold a ``run-<id>.wandb`` file, oldest first (each process that logged to the run wrote one).
+
+    A part that started in the same second as the one before it is ``*-<run id>-<n>`` (W&B adds the suffix rather
+    than write into the earlier folder); it sorts after that one.
+    """
     run_folder = Path(run_folder)
     run_id = run_folder.name
     wandb_dir = run_folder.parent.parent / "wandb"
     if not wandb_dir.is_dir():
         return []
-    parts = [p for p in wandb_dir.glob(f"*-{run_id}") if p.is_dir() and not p.is_symlink()]
-    return sorted(p for p in parts if (p / f"run-{run_id}.wandb").is_file())
+    pattern = re.compile(rf"(?:offline-)?run-(\d{{8}}_\d{{6}})-{re.escape(run_id)}(?:-(\d+))?")
+    parts = []
+    for path in wandb_dir.iterdir():
+        match = pattern.fullmatch(path.name)
+        if match and path.is_dir() and not path.is_symlink() and (path / f"run-{run_id}.wandb").is_file():
+            parts.append((match[1], int(match[2] or 0), path))
+    return [path for *_, path in sorted(parts)]
 
 
 def _is_training(rows: list[dict[str, Any]]) -> bool:
