@@ -29,7 +29,7 @@ __all__ = ["SKIPPED", "Block", "blocks", "fresh_copy", "plan", "run_blocks", "sh
 RUN_LANGUAGES = {"bash": "bash", "sh": "bash", "shell": "bash", "python": "python"}
 # First line of a block the test does not run -> why.
 SKIPPED = {
-    ".venv/bin/python -m pytest -q": "the test suite itself: CI runs it in the step before",
+    "scripts/setup.sh && .venv/bin/python -m pytest -q": "the test suite itself: CI runs it in the step before",
     ".venv/bin/units-lightning fit --config configs/omniglot_5w1s.yaml --data.root /path/to/omniglot": (
         "needs Omniglot and CIFAR-FS (a folder you point to, or a download)"
     ),
