@@ -7,6 +7,7 @@ when no next call follows (the way this project's GPU figures in docs/RESULTS.md
 
     # here, once: the wheels the host lacks and the datasets of ../shared/data cut into parts of at most 58 MB
     python benchmarks/gpu_host.py prepare --datasets omniglot cifarfs --out .device
+    python benchmarks/gpu_host.py wandb --out .device   # only for a command there that logs to W&B: .device/wb
     # there, one call per part, each carrying .device/ws and .device/pK (K = 1, 2, ...); the jobs of --jobs start
     # (in the background) as soon as the datasets they need are complete, each at most once; the runs record the
     # commit given (the copy of the tree there may have no git history)
@@ -115,6 +116,28 @@ def plan_parts(files: dict[str, int], part_bytes: int) -> list[list[tuple[str, i
         parts[slot].append(piece)
         free[slot] -= piece[2]
     return parts
+
+
+def download_wandb(out: Path) -> Path:
+    """``out/wb``: the wheels of W&B (the version installed here) and everything it needs, for the GPU host's Python
+    3.12 on x86_64 Linux (27 MB for wandb 0.31.0). The image lacks W&B, and the paper runs log to CSV; a command that
+    should log to W&B (a whole run timed as a user runs it) installs them first, beside what the image has:
+    ``python3 -m pip install -q --no-index --find-links .device/wb wandb``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        wanted = f"wandb=={version('wandb')}"
+    except PackageNotFoundError:
+        wanted = "wandb"
+    folder = out / "wb"
+    shutil.rmtree(folder, ignore_errors=True)
+    platforms = [f"--platform={p}" for p in ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")]
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--python-version", "3.12",
+         *platforms, "-d", str(folder), wanted],
+        check=True,
+    )  # fmt: skip
+    return folder
 
 
 def prepare(shared: Path, datasets: Sequence[str], out: Path, part_mb: float, wheels: bool) -> list[Path]:
@@ -502,6 +525,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     prep.add_argument("--out", type=Path, default=REPO / ".device")
     prep.add_argument("--part-mb", type=float, default=58.0, help="MB a part (the repository travels beside it)")
     prep.add_argument("--no-wheels", action="store_true")
+    wheels = commands.add_parser("wandb", help="here: W&B's wheels for the host, into <out>/wb")
+    wheels.add_argument("--out", type=Path, default=REPO / ".device")
     there = commands.add_parser("run", help="there: stage what this call carries, start jobs, watch, collect")
     there.add_argument("--carry", type=Path, default=REPO / ".device")
     there.add_argument("--work", type=Path, default=Path("/tmp/gpu_host"))
@@ -523,6 +548,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for folder in prepare(args.shared, args.datasets, args.out, args.part_mb, not args.no_wheels):
             size = sum(p.stat().st_size for p in folder.iterdir())
             print(f"{folder}: {size / 1e6:.1f} MB")
+        return 0
+    if args.command == "wandb":
+        folder = download_wandb(args.out)
+        print(f"{folder}: {sum(p.stat().st_size for p in folder.iterdir()) / 1e6:.1f} MB")
         return 0
     return run(args)
 
