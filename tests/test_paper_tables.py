@@ -520,6 +520,34 @@ def test_sigterm_during_validation_keeps_the_previous_last_ckpt(tmp_path):
 # --- tables and plots -------------------------------------------------------------------------------------------
 
 
+def test_tables_of_runs_left_under_several_roots_take_each_seed_once(tmp_path, capsys):
+    """What several hosts bring back (one root per job): seed 0 finished under the first root and again under the
+    second, seed 1 only under the second, seed 2 under a third root but unfinished there."""
+    (tmp_path / "data" / "miniimagenet").mkdir(parents=True)
+    roots = [tmp_path / name for name in ("first", "second", "third")]
+    accuracy = {("first", 0): 0.50, ("second", 0): 0.99, ("second", 1): 0.52, ("third", 2): 0.90}
+    for (name, seed), value in accuracy.items():
+        (run,) = _grid(tmp_path / name, seeds=(seed,), name="miniimagenet_5w1s", methods=("Units-ML",))
+        _finish_test(run, "top3-val", value)
+        _finish_fit(run, _options(tmp_path / name, tmp_path / "data"))
+        if name != "third":
+            folders.write_json(run.folder / folders.DONE, {"finished": "now"})
+    argv = ["--configs", "miniimagenet_5w1s", "--methods", "Units-ML", "--data-root", str(tmp_path / "data")]
+    assert cli.main([*argv, "--root", *map(str, roots), "--tables-only"]) == 0
+    printed = capsys.readouterr().out
+    assert "miniimagenet_5w1s / Units-ML / seed 0: finished in " in printed and f"using {roots[0]}" in printed
+    tables = json.loads((roots[0] / "tables" / "paper_tables.json").read_text())
+    accuracy = tables["standard"]["miniimagenet_5w1s"]["Units-ML"]["accuracy"]
+    assert accuracy["seeds"] == [0, 1] and accuracy["values"] == pytest.approx([50.0, 52.0])
+    assert sorted(r["folder"] for r in tables["runs"]) == [
+        str(roots[0] / "miniimagenet_5w1s" / "units-ml" / "seed0"),
+        str(roots[1] / "miniimagenet_5w1s" / "units-ml" / "seed1"),
+    ]
+    with pytest.raises(SystemExit):  # several roots only for tables: a run would not know where to go
+        cli.main([*argv, "--root", *map(str, roots[:2])])
+    assert "add --tables-only" in capsys.readouterr().err
+
+
 def test_tables_hold_mean_and_ci_over_seeds_beside_the_papers_numbers(tmp_path):
     (tmp_path / "data" / "omniglot").mkdir(parents=True)
     (tmp_path / "data" / "miniimagenet").mkdir(parents=True)

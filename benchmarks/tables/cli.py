@@ -14,7 +14,7 @@ from pathlib import Path
 
 import benchmarks.tables
 from benchmarks.common import REPO
-from benchmarks.tables.folders import DONE, read_results, status
+from benchmarks.tables.folders import DONE, finished_elsewhere, read_results, status
 from benchmarks.tables.grid import (
     GROUPS,
     METHODS,
@@ -96,8 +96,11 @@ def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--root",
         type=Path,
-        default=REPO / "runs" / "paper",
-        help="one folder per run: <root>/<config>/<method>/seed<k>",
+        nargs="+",
+        default=[REPO / "runs" / "paper"],
+        help="one folder per run: <root>/<config>/<method>/seed<k>. With --tables-only several roots may be given "
+        "(the runs of several calls or hosts): a run not finished under the first is taken from the first other root "
+        "that holds it finished",
     )
     parser.add_argument(
         "--data-root",
@@ -157,6 +160,8 @@ def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
         slots(args.gpus, args.per_gpu, args.parallel)
     except ValueError as error:
         parser.error(str(error))
+    if len(args.root) > 1 and not args.tables_only:
+        parser.error("several --root folders are read only to build tables: add --tables-only, or give one --root")
     if args.time_limit is not None and args.time_limit <= args.grace:
         parser.error(f"--time-limit ({args.time_limit:g} s) must exceed --grace ({args.grace:g} s)")
     return args
@@ -196,8 +201,9 @@ def main(argv: Sequence[str] | None = None, started: float | None = None) -> int
             missing = sorted({c.dataset for c in configs if c.dataset and not (data_root / c.dataset).is_dir()})
             if missing:
                 raise ValueError(f"no {', '.join(missing)} folder under --data-root {data_root}")
-        options = Options(args.root.resolve(), data_root, parse_extra(args.extra), args.logger)
+        options = Options(args.root[0].resolve(), data_root, parse_extra(args.extra), args.logger)
         runs = build_grid(configs, resolve_methods(args.methods), args.seeds, options.root)
+        runs, notes = finished_elsewhere(runs, [root.resolve() for root in args.root[1:]])
     except ValueError as error:
         print(f"paper_tables: {error}", file=sys.stderr)
         return 2
@@ -246,6 +252,8 @@ def main(argv: Sequence[str] | None = None, started: float | None = None) -> int
             print("stopped before the end: run the same command again to continue; --tables-only builds the tables")
             return 3
         failed = bool(counts["failed"] or counts["conflict"])
+    for note in notes:
+        print(f"paper_tables: {note}")
     written = write_tables(runs, args.tables or options.root / "tables", options.extra)
     print("tables: " + ", ".join(shown(p) for p in written.values()), flush=True)
     return 1 if failed else 0
