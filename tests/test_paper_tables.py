@@ -130,7 +130,11 @@ def test_budget_configs_are_tested_at_their_milestones_and_standard_ones_by_thei
     budget = grid.read_config(REPO / "configs" / "budget_omniglot_5w1s.yaml")
     assert budget.kind == "budget" and budget.milestones == (2000, *reference.BUDGET_POINTS)
     assert [t.name for t in grid.targets_of(budget)] == ["labels-02000", "labels-04000", "labels-08000", "labels-10000"]
-    assert [t.name for t in grid.targets_of(grid.read_config(REPO / "configs" / "cifarfs_5w5s.yaml"))] == ["top3-val"]
+    cifarfs = grid.targets_of(grid.read_config(REPO / "configs" / "cifarfs_5w5s.yaml"))
+    assert [(t.name, t.overrides) for t in cifarfs] == [
+        ("top3-val", ()),  # 15 queries a class, as configured
+        ("top3-val-2q", ("--data.init_args.eval_query_shots=2",)),  # as many as a training query set: the authors'
+    ]
     assert [t.name for t in grid.targets_of(grid.read_config(REPO / "configs" / "omniglot_5w1s.yaml"))] == ["top1-val"]
 
 
@@ -562,6 +566,8 @@ def test_tables_hold_mean_and_ci_over_seeds_beside_the_papers_numbers(tmp_path):
     for run in standard:
         below = ((0.2, 0.60 + run.seed / 100, 0.5), (0.1, None, 0.0))
         _finish_test(run, "top3-val", 0.50 + run.seed / 100, below=below)
+        if run.method == "Units-ML":  # the same ensemble with the authors' 2 queries a class (mini-ImageNet tests 15)
+            _finish_test(run, "top3-val-2q", 0.52 + run.seed / 100)
     for run in [*budget, *standard]:
         _finish_fit(run, options)
         folders.write_json(run.folder / folders.DONE, {"finished": "now"})
@@ -596,6 +602,10 @@ def test_tables_hold_mean_and_ci_over_seeds_beside_the_papers_numbers(tmp_path):
         in text
     )
     assert "| miniimagenet_5w1s, paper | 51.38 | 50.86 | 61.25 | 82.26 |" in text
+    authors = tables["standard"]["miniimagenet_5w1s"]["Units-ML"]["authors_protocol"]
+    assert authors["query_shots"] == 2 and authors["accuracy"]["values"] == pytest.approx([52.0, 53.0])
+    assert tables["standard"]["miniimagenet_5w1s"]["Units-NTS"]["authors_protocol"]["accuracy"]["n"] == 0
+    assert f"| miniimagenet_5w1s, 2 queries a class (the authors' test) |  | 52.50 ± {ci:.2f} (2) |  |  |" in text
     assert "not comparable with the paper's" in text and "![budget_omniglot_5w1s](budget_omniglot_5w1s.png)" in text
     nts0_row = next(line for line in text.splitlines() if line.startswith("| Units-NTS | 0 | "))
     assert "| 47.00% (1,999; 3) |" in nts0_row
@@ -663,12 +673,17 @@ def test_end_to_end_through_the_command_line_resumed_then_skipped_on_a_second_ca
     assert first.stat().st_mtime_ns == first_written  # reached before the stop: not saved again
     last = torch.load(first.with_name("labels-00012.ckpt"), map_location="cpu", weights_only=True)
     assert last["global_step"] == 6 and last["label_ledger"]["query_sets"] == 12
-    for name, tests in (("tiny_budget", ["labels-00006", "labels-00012"]), ("tiny_standard", ["top1-val"])):
+    # The standard config tests 2 queries a class, its training query sets hold 1: the ensemble is tested both ways.
+    standard_tests = ["top1-val", "top1-val-1q"]
+    for name, tests in (("tiny_budget", ["labels-00006", "labels-00012"]), ("tiny_standard", standard_tests)):
         folder = root / name / "units-ml" / "seed0"
         assert (folder / folders.DONE).is_file()
         for test in tests:
             results = json.loads((folder / "test" / test / "results.json").read_text())
             assert results["tasks"] == 4 and 0.0 <= results["accuracy"]["mean"] <= 1.0
+        if name == "tiny_standard":
+            shots = [json.loads((folder / "test" / t / "results.json").read_text())["task"] for t in tests]
+            assert [task["query_shots"] for task in shots] == [2, 1]
     ensemble = json.loads(
         (root / "tiny_standard" / "units-ml" / "seed0" / "test" / "top1-val" / "results.json").read_text()
     )
@@ -681,6 +696,7 @@ def test_end_to_end_through_the_command_line_resumed_then_skipped_on_a_second_ca
     tables = json.loads((root / "tables" / "paper_tables.json").read_text())
     assert tables["budget"]["tiny_budget"]["Units-ML"]["12"]["n"] == 1
     assert tables["standard"]["tiny_standard"]["Units-ML"]["accuracy"]["n"] == 1
+    assert tables["standard"]["tiny_standard"]["Units-ML"]["authors_protocol"]["accuracy"]["n"] == 1
     assert tables["runs"][0]["fit_command"][3] == "fit" and tables["runs"][0]["devices"]
 
 

@@ -9,7 +9,10 @@ tasks (600 in the shipped configs), in subprocesses:
   without results all in one process (``python -m benchmarks.tables.evaluate``, which tests each as its own
   ``test`` command does, the imports paid once; its output in ``console/test-milestones.log``);
 - standard configs: the ensemble of the top-k validation checkpoints, as the paper (k is the ``save_top_k`` of the
-  config's ``val/acc`` checkpoint: 1 for Omniglot, 3 for CIFAR-FS and mini-ImageNet), ``--model.ensemble``.
+  config's ``val/acc`` checkpoint: 1 for Omniglot, 3 for CIFAR-FS and mini-ImageNet), ``--model.ensemble``; where
+  the config tests more queries a class than a training query set holds (CIFAR-FS and mini-ImageNet: 15 against 2),
+  the same ensemble again with the training count, as the authors' code tests (``grid.authors_query_shots``,
+  ``test/top3-val-2q``), tabled in a row of its own.
 
 Methods are config overrides only (``METHODS``): MAML (``CrossEntropyLoss``, ``RandomSampler``), Units-NTS
 (``EvidentialLoss``, ``RandomSampler``), Units-ST (``SingleTaskSelectionSampler``) and Units-ML (the config's

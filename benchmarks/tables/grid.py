@@ -86,6 +86,8 @@ class ConfigInfo:
     milestones: tuple[int, ...]
     milestone_filename: str
     top_k: int
+    query_shots: int | None = None  # queries of each class in a training query set (data.query_shots)
+    eval_query_shots: int | None = None  # the same at validation and test (data.eval_query_shots)
 
     @property
     def kind(self) -> str:
@@ -157,6 +159,8 @@ def read_config(path: str | Path) -> ConfigInfo:
         milestones=tuple(sorted(int(m) for m in milestone_args[0].get("milestones", ()))) if milestone_args else (),
         milestone_filename=str(milestone_args[0].get("filename", "labels-{labels:05d}")) if milestone_args else "",
         top_k=max(1, top_k[0]) if top_k else 1,
+        query_shots=data_args.get("query_shots"),
+        eval_query_shots=data_args.get("eval_query_shots"),
     )
 
 
@@ -287,20 +291,40 @@ def fit_command(run: Run, options: Options) -> list[str]:
 
 @dataclass(frozen=True)
 class Target:
-    """One test of a run: its name (the results folder) and what it tests."""
+    """One test of a run: its name (the results folder), what it tests and the test's own overrides."""
 
     name: str
     milestone: int | None  # labeled query sets, for a milestone checkpoint
     top_k: int | None  # for the ensemble of the best validation checkpoints
+    overrides: tuple[str, ...] = ()
+
+
+def authors_query_shots(config: ConfigInfo) -> int | None:
+    """The queries of each class the authors' code tests a standard config with, where the config tests another
+    count: as many as a training query set holds (``../shared/REFERENCE.md`` section 3: 1-2). Batch norm normalises
+    with the statistics of the test batch (transductive), so the count is part of the protocol (docs/RESULTS.md,
+    "Investigation: the test protocol's query count"); the configs keep the common 15 for CIFAR-FS and
+    mini-ImageNet, and the tables show both."""
+    shots, tested = config.query_shots, config.eval_query_shots
+    if config.kind != "standard" or shots is None or tested is None or shots == tested:
+        return None
+    return int(shots)
 
 
 def targets_of(config: ConfigInfo) -> list[Target]:
+    """A budget config's milestones; a standard config's top-k ensemble, and where the authors' code tests with
+    another query count (``authors_query_shots``), the same ensemble tested with that count (``top3-val-2q``)."""
     if config.kind == "budget":
         from units_lightning.callbacks import MilestoneCheckpoint
 
         names = MilestoneCheckpoint(config.milestones, filename=config.milestone_filename)
         return [Target(Path(names.file_name(m)).stem, m, None) for m in config.milestones]
-    return [Target(f"top{config.top_k}-val", None, config.top_k)]
+    ensemble = Target(f"top{config.top_k}-val", None, config.top_k)
+    shots = authors_query_shots(config)
+    if shots is None:
+        return [ensemble]
+    overrides = (f"--data.init_args.eval_query_shots={shots}",)
+    return [ensemble, Target(f"{ensemble.name}-{shots}q", None, config.top_k, overrides)]
 
 
 def _newest(paths: Iterable[Path]) -> Path | None:
@@ -358,6 +382,7 @@ def evaluation_command(run: Run, target: Target, options: Options) -> list[str]:
         *shared_test_options(run, options),
         f"--trainer.default_root_dir={into}/{target.name}",
         f"--model.ensemble={_json(ensemble)}",
+        *target.overrides,
     ]
 
 
