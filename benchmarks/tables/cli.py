@@ -202,8 +202,10 @@ def main(argv: Sequence[str] | None = None, started: float | None = None) -> int
             if missing:
                 raise ValueError(f"no {', '.join(missing)} folder under --data-root {data_root}")
         options = Options(args.root[0].resolve(), data_root, parse_extra(args.extra), args.logger)
-        runs = build_grid(configs, resolve_methods(args.methods), args.seeds, options.root)
-        runs, notes = finished_elsewhere(runs, [root.resolve() for root in args.root[1:]])
+        methods = resolve_methods(args.methods)
+        runs = build_grid(configs, methods, args.seeds, options.root)
+        elsewhere = [build_grid(configs, methods, args.seeds, root.resolve()) for root in args.root[1:]]
+        runs, notes = finished_elsewhere(runs, elsewhere)
     except ValueError as error:
         print(f"paper_tables: {error}", file=sys.stderr)
         return 2

@@ -7,7 +7,6 @@ import json
 import os
 import shlex
 import threading
-from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -37,19 +36,18 @@ def read_results(run: Run, target: Target) -> dict | None:
     return results if isinstance(results, dict) and "accuracy" in results else None
 
 
-def finished_elsewhere(runs: list[Run], roots: list[Path]) -> tuple[list[Run], list[str]]:
-    """``runs`` with each one that is not finished under its own root taken from the first of ``roots`` that holds it
-    finished (``done.json``) at the same ``<config>/<method>/seed<k>``: the tables of runs that several calls or
+def finished_elsewhere(runs: list[Run], elsewhere: list[list[Run]]) -> tuple[list[Run], list[str]]:
+    """``runs`` with each one that is not finished (``done.json``) taken from the first grid of ``elsewhere`` (the same
+    grid built under other roots, ``build_grid``) that holds it finished: the tables of runs that several calls or
     hosts left in separate folders, without copying them into one. Returns the runs and a line for every run
     finished under more than one of the folders (the first is used)."""
     chosen, notes = [], []
-    for run in runs:
-        relative = Path(run.config.name) / run.method.lower() / f"seed{run.seed}"
-        candidates = [run.folder, *(root / relative for root in roots)]
-        finished = [folder for folder in candidates if (folder / DONE).is_file()]
+    for run, *others in zip(runs, *elsewhere, strict=True):
+        finished = [r for r in (run, *others) if (r.folder / DONE).is_file()]
         if len(finished) > 1:
-            notes.append(f"{run.label}: finished in {', '.join(map(shown, finished))}; using {shown(finished[0])}")
-        chosen.append(replace(run, folder=finished[0]) if finished else run)
+            folders = ", ".join(shown(r.folder) for r in finished)
+            notes.append(f"{run.label}: finished in {folders}; using {shown(finished[0].folder)}")
+        chosen.append(finished[0] if finished else run)
     return chosen, notes
 
 
