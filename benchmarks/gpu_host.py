@@ -9,8 +9,9 @@ when no next call follows (the way this project's GPU figures in docs/RESULTS.md
     python benchmarks/gpu_host.py prepare --datasets omniglot cifarfs --out .device
     python benchmarks/gpu_host.py wandb --out .device   # only for a command there that logs to W&B: .device/wb
     # there, one call per part, each carrying .device/ws and .device/pK (K = 1, 2, ...); the jobs of --jobs start
-    # (in the background) as soon as the datasets they need are complete, each at most once; the runs record the
-    # commit given (the copy of the tree there may have no git history)
+    # (in the background) as soon as the datasets they need are complete, each at most once; later calls may leave
+    # --jobs out (the host keeps every call's jobs); the runs record the commit given (the copy of the tree there may
+    # have no git history)
     PAPER_TABLES_COMMIT=<commit> python3 benchmarks/gpu_host.py run --carry .device --deadline 1500 --wait 540 \
         --jobs "c5|cifarfs_5w5s|MAML Units-ML|0 1 2|3|0,1,2"
     # there, the last call: wait until every job has ended (or the deadline), then pack the run folders into $OUT
@@ -498,6 +499,20 @@ def collect(work: Path, out: Path) -> list[Path]:
     return pieces
 
 
+def planned(work: Path, jobs: str, screens: str, extra: str) -> tuple[list[str], list[str], str]:
+    """The jobs, screens and extra overrides of this host: every job and screen that any call named, a later call's
+    version of a name replacing the earlier one (until it starts), and the last ``--extra`` given. A call that names
+    none keeps the plan, so that a call made only to carry a data part still starts the jobs that part completes."""
+    plan_file = work / "plan.json"
+    plan = json.loads(plan_file.read_text()) if plan_file.is_file() else {"jobs": {}, "screens": {}, "extra": ""}
+    for key, text in (("jobs", jobs), ("screens", screens)):
+        for item in filter(None, (part.strip() for part in text.split(";"))):
+            plan[key][item.split("|")[0]] = item
+    plan["extra"] = extra or plan["extra"]
+    plan_file.write_text(json.dumps(plan, indent=1))
+    return list(plan["jobs"].values()), list(plan["screens"].values()), plan["extra"]
+
+
 def run(args: argparse.Namespace) -> int:
     work = args.work
     (work / "runs").mkdir(parents=True, exist_ok=True)
@@ -507,8 +522,8 @@ def run(args: argparse.Namespace) -> int:
     deadline = float(deadline_file.read_text())
     ready = stage(args.carry, work)
     print(f"[gpu_host] {time.strftime('%X')} datasets ready: {', '.join(sorted(ready)) or 'none'}")
-    jobs, screens = (text.split(";") if text else [] for text in (args.jobs, args.screens))
-    launch(jobs, ready, work, deadline, args.extra, screens)
+    jobs, screens, extra = planned(work, args.jobs, args.screens, args.extra)
+    launch(jobs, ready, work, deadline, extra, screens)
     watch(work, deadline, args.wait, args.every)
     if args.collect:
         for piece in collect(work, args.collect):
@@ -530,9 +545,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     there = commands.add_parser("run", help="there: stage what this call carries, start jobs, watch, collect")
     there.add_argument("--carry", type=Path, default=REPO / ".device")
     there.add_argument("--work", type=Path, default=Path("/tmp/gpu_host"))
-    there.add_argument("--jobs", default="", help="name|configs|methods|seeds|per_gpu|gpus, ';' between jobs")
-    there.add_argument("--extra", default="", help="overrides for every run (paper_tables.py --extra)")
-    there.add_argument("--screens", default="", help="name|config|seeds|gpus|steps|overrides, ';' between screens")
+    there.add_argument(
+        "--jobs",
+        default="",
+        help="name|configs|methods|seeds|per_gpu|gpus, ';' between jobs; kept for the host's later calls",
+    )
+    there.add_argument("--extra", default="", help="overrides for every run (paper_tables.py --extra); kept as --jobs")
+    there.add_argument(
+        "--screens",
+        default="",
+        help="name|config|seeds|gpus|steps|overrides, ';' between screens; kept as --jobs",
+    )
     there.add_argument("--deadline", type=float, default=1500, help="seconds from the first call; the jobs stop then")
     there.add_argument("--wait", type=float, default=0, help="seconds to watch the jobs before returning")
     there.add_argument("--every", type=float, default=60)

@@ -98,6 +98,23 @@ def test_jobs_name_their_six_fields_and_configs_their_dataset():
         gpu_host.dataset_of("quickstart")
 
 
+def test_a_host_keeps_every_call_s_jobs_so_a_call_that_names_none_still_starts_them(tmp_path, capsys):
+    work = tmp_path / "work"
+    work.mkdir()
+    (tmp_path / "empty").mkdir()
+    first = "o|omniglot_5w1s|Units-ML|0|1|0;c|cifarfs_5w5s|MAML|0|1|0"
+    assert gpu_host.planned(work, first, "", "trainer.max_steps=4") == (first.split(";"), [], "trainer.max_steps=4")
+    # a call made only to carry a part names nothing: the plan stays, and its jobs wait for their data in that call
+    assert gpu_host.main(["run", "--carry", str(tmp_path / "empty"), "--work", str(work)]) == 0
+    printed = capsys.readouterr().out
+    assert "o waits for omniglot" in printed and "c waits for cifarfs" in printed, printed
+    # a later version of a name replaces the earlier one; a new name joins; the last --extra given holds
+    screen = "s|omniglot_5w1s|0|0|4|--model.eta.init_args.peak 0.3"
+    jobs, screens, extra = gpu_host.planned(work, "c|cifarfs_5w1s|MAML|1|1|0;m|omniglot_20w1s|MAML|0|1|0", screen, "")
+    assert jobs == ["o|omniglot_5w1s|Units-ML|0|1|0", "c|cifarfs_5w1s|MAML|1|1|0", "m|omniglot_20w1s|MAML|0|1|0"]
+    assert (screens, extra) == ([screen], "trainer.max_steps=4")
+
+
 @pytest.mark.data
 @pytest.mark.skipif(not (SHARED_DATA / "omniglot").is_dir(), reason=f"no Omniglot zips under {SHARED_DATA}")
 def test_a_job_waits_for_its_data_then_runs_on_past_its_call_and_is_packed(tmp_path, monkeypatch):
@@ -112,8 +129,9 @@ def test_a_job_waits_for_its_data_then_runs_on_past_its_call_and_is_packed(tmp_p
     screen = f"s|omniglot_5w1s|0 1|0|4|{tiny} --model.eta.init_args.peak 0.3"
     for index, folder in enumerate(folders):
         carry = _call(tmp_path, tmp_path / "out", [folder.name], f"call{index}")
-        argv = ["run", "--carry", str(carry), "--work", str(work), "--jobs", job, "--extra", extra, "--every", "1"]
-        assert gpu_host.main([*argv, "--screens", screen]) == 0
+        argv = ["run", "--carry", str(carry), "--work", str(work), "--every", "1"]
+        plan = ["--jobs", job, "--extra", extra, "--screens", screen] if index == 0 else []  # the host keeps them
+        assert gpu_host.main([*argv, *plan]) == 0
         for name in ("o", "s"):  # not before the last part has come
             assert (work / "runs" / f"{name}.started").exists() == (index == len(folders) - 1)
     # the call that started it has returned; the job runs on in its own session, and a later call collects it
