@@ -722,12 +722,13 @@ def test_a_copy_inside_another_repository_records_no_commit_of_that_repository(t
     launcher.commit.cache_clear()
 
 
-def test_units_ml_and_units_nts_are_compared_seed_by_seed(tmp_path):
+def test_units_ml_units_nts_and_maml_are_compared_seed_by_seed(tmp_path):
     (tmp_path / "data" / "omniglot").mkdir(parents=True)
     options = _options(tmp_path / "root", tmp_path / "data")
     budget = _grid(options.root, methods=("Units-NTS", "Units-ML"))
-    standard = _grid(options.root, seeds=(0, 1), name="omniglot_5w1s", methods=("Units-NTS", "Units-ML"))
-    accuracy = {"Units-NTS": (0.90, 0.95, 0.92), "Units-ML": (0.91, 0.97, 0.93)}  # ahead by 1, 2, 1 points
+    standard = _grid(options.root, seeds=(0, 1), name="omniglot_5w1s", methods=("MAML", "Units-NTS", "Units-ML"))
+    # Units-ML ahead of Units-NTS by 1, 2, 1 points; MAML 3 points under Units-NTS in each seed
+    accuracy = {"Units-NTS": (0.90, 0.95, 0.92), "Units-ML": (0.91, 0.97, 0.93), "MAML": (0.87, 0.92, 0.89)}
     for run in budget:
         for offset, name in enumerate(("labels-04000", "labels-08000", "labels-10000")):
             _finish_test(run, name, accuracy[run.method][run.seed] + offset / 100)
@@ -742,17 +743,25 @@ def test_units_ml_and_units_nts_are_compared_seed_by_seed(tmp_path):
 
     written = report.write_tables([*budget, *standard], tmp_path / "tables")
     tables = json.loads(written["json"].read_text())
-    paired = tables["paired"]["budget_omniglot_5w1s"]["8000"]
+    assert list(tables["paired"]["budget_omniglot_5w1s"]) == ["Units-ML - Units-NTS"]  # no MAML run there
+    paired = tables["paired"]["budget_omniglot_5w1s"]["Units-ML - Units-NTS"]["8000"]
     assert paired["seeds"] == [0, 1] and paired["values"] == pytest.approx([1.0, 2.0])
     assert paired["mean"] == pytest.approx(1.5) and paired["n"] == 2
     ci = statistics.student_t_quantile(0.975, 1) * math.sqrt(0.5) / math.sqrt(2)  # differences 1, 2: std sqrt(0.5)
     assert paired["ci95"] == pytest.approx(ci)
-    assert tables["paired"]["omniglot_5w1s"]["accuracy"]["values"] == pytest.approx([1.0, 2.0])
+    standard_pairs = tables["paired"]["omniglot_5w1s"]
+    assert list(standard_pairs) == ["Units-ML - Units-NTS", "Units-ML - MAML", "Units-NTS - MAML"]
+    assert standard_pairs["Units-ML - Units-NTS"]["accuracy"]["values"] == pytest.approx([1.0, 2.0])
+    assert standard_pairs["Units-ML - MAML"]["accuracy"]["values"] == pytest.approx([4.0, 5.0])
+    assert standard_pairs["Units-NTS - MAML"]["accuracy"]["values"] == pytest.approx([3.0, 3.0])
 
     text = written["markdown"].read_text()
     row = f"+1.50 ± {ci:.2f} (2)"
     assert f"| Units-ML - Units-NTS, paired by seed | {row} | {row} | {row} |" in text
+    assert "| Units-ML - MAML, paired by seed |" not in text
     assert f"Units-ML - Units-NTS, paired by seed: omniglot_5w1s {row}." in text
+    assert f"Units-ML - MAML, paired by seed: omniglot_5w1s +4.50 ± {ci:.2f} (2)." in text
+    assert "Units-NTS - MAML, paired by seed: omniglot_5w1s +3.00 ± 0.00 (2)." in text
 
 
 def test_no_paired_row_without_both_methods(tmp_path):

@@ -48,7 +48,8 @@ the ``last.ckpt`` of the last validation stands) and exits with 143; at the limi
 Tables (Markdown and JSON) and plots (test accuracy against labeled query sets, one band per method) go to
 ``<root>/tables/``: mean and 95% confidence interval over seeds (Student t with n - 1 degrees of freedom) beside
 the paper's numbers (``PAPER_SOURCE``), with the standard setting's accuracy at vacuity < 0.2 and < 0.1 and its
-coverage from each ``results.json``, and Units-ML against Units-NTS paired by seed (``paired_difference``).
+coverage from each ``results.json``, and Units-ML, Units-NTS and MAML against each other paired by seed
+(``paired_difference``, ``report.PAIRS``).
 
 Modules: ``reference`` (the paper's numbers), ``statistics`` (Student t, confidence intervals, paired
 differences), ``grid`` (configs, methods, runs and their commands), ``folders`` (what a run's folder holds),

@@ -1,5 +1,6 @@
 """The tables of the finished runs: every seed's test accuracy, mean and 95% confidence interval beside the paper's
-numbers, Units-ML against Units-NTS paired by seed, each run's record; as JSON, Markdown and plots."""
+numbers, Units-ML, Units-NTS and MAML against each other paired by seed, each run's record; as JSON, Markdown and
+plots."""
 
 from __future__ import annotations
 
@@ -70,21 +71,30 @@ def collect(runs: Sequence[Run]) -> dict[str, Any]:
     }
 
 
-PAIRED = ("Units-ML", "Units-NTS")
-"""The pair compared seed by seed: the first method minus the second."""
-PAIRED_LABEL = f"{PAIRED[0]} - {PAIRED[1]}, paired by seed"
+PAIRS = (("Units-ML", "Units-NTS"), ("Units-ML", "MAML"), ("Units-NTS", "MAML"))
+"""The pairs compared seed by seed, each the first method minus the second: the paper's question first, then each
+evidential method against plain MAML (cross-entropy on random tasks, the same network)."""
+
+
+def pair_label(pair: tuple[str, str]) -> str:
+    return f"{pair[0]} - {pair[1]}"
 
 
 def paired_rows(budget: Mapping[str, Any], standard: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """``PAIRED``'s difference per config where both methods ran: per budget point, or of the standard accuracy."""
-    first, second = PAIRED
+    """``{config: {pair label: difference}}`` for each of ``PAIRS`` whose two methods ran: per budget point, or of the
+    standard accuracy (``{"accuracy": difference}``)."""
     rows: dict[str, dict[str, Any]] = {}
     for config, methods in budget.items():
-        if first in methods and second in methods:
-            rows[config] = {p: paired_difference(methods[first][p], methods[second][p]) for p in methods[first]}
+        for first, second in PAIRS:
+            if first in methods and second in methods:
+                rows.setdefault(config, {})[pair_label((first, second))] = {
+                    p: paired_difference(methods[first][p], methods[second][p]) for p in methods[first]
+                }
     for config, methods in standard.items():
-        if first in methods and second in methods:
-            rows[config] = {"accuracy": paired_difference(methods[first]["accuracy"], methods[second]["accuracy"])}
+        for first, second in PAIRS:
+            if first in methods and second in methods:
+                difference = paired_difference(methods[first]["accuracy"], methods[second]["accuracy"])
+                rows.setdefault(config, {})[pair_label((first, second))] = {"accuracy": difference}
     return rows
 
 
@@ -228,9 +238,9 @@ def markdown(tables: Mapping[str, Any], plots: Mapping[str, str]) -> str:
     if tables.get("paired"):
         lines += [
             "",
-            f"{PAIRED_LABEL}: {PAIRED[0]}'s test accuracy minus {PAIRED[1]}'s, seed by seed (both methods of a "
-            "seed start from the same weights, their episode streams from the same seed), in points: mean ± 95% CI "
-            "over the seeds both finished.",
+            "A - B, paired by seed: method A's test accuracy minus method B's, seed by seed (both methods of a seed "
+            "start from the same weights, their episode streams from the same seed), in points: mean ± 95% CI over "
+            "the seeds both finished.",
         ]
     if tables.get("extra"):
         overrides = " ".join(f"`{o}`" for o in tables["extra"])
@@ -243,9 +253,10 @@ def markdown(tables: Mapping[str, Any], plots: Mapping[str, str]) -> str:
         for method, row in methods.items():
             lines.append(f"| {method} | " + " | ".join(cell(row[p]) for p in points) + " |")
             lines.append(f"| {method}, paper | " + " | ".join(_paper(row[p]["paper"]) for p in points) + " |")
-        paired = tables.get("paired", {}).get(config)
-        if paired:
-            lines.append(f"| {PAIRED_LABEL} | " + " | ".join(cell(paired[p], signed=True) for p in points) + " |")
+        for label, paired in tables.get("paired", {}).get(config, {}).items():
+            lines.append(
+                f"| {label}, paired by seed | " + " | ".join(cell(paired[p], signed=True) for p in points) + " |"
+            )
         if config in plots:
             lines += ["", f"![{config}]({plots[config]})"]
         for extra in (_config_note(config, tables["runs"]), _runs_table(tables["runs"], config)):
@@ -278,9 +289,17 @@ def markdown(tables: Mapping[str, Any], plots: Mapping[str, str]) -> str:
                 cells = [cell(a["accuracy"]) if a else "" for a in authors] + [""] * len(thresholds)
                 lines.append(f"| {config}, {shots} queries a class (the authors' test) | " + " | ".join(cells) + " |")
             lines.append(f"| {config}, paper | " + " | ".join(paper) + " |")
-        paired = [(c, row["accuracy"]) for c, row in tables.get("paired", {}).items() if c in tables["standard"]]
-        if paired:
-            lines += ["", f"{PAIRED_LABEL}: " + "; ".join(f"{c} {cell(d, signed=True)}" for c, d in paired) + "."]
+        for label in map(pair_label, PAIRS):
+            paired = [
+                (c, pairs[label]["accuracy"])
+                for c, pairs in tables.get("paired", {}).items()
+                if c in tables["standard"] and label in pairs
+            ]
+            if paired:
+                lines += [
+                    "",
+                    f"{label}, paired by seed: " + "; ".join(f"{c} {cell(d, signed=True)}" for c, d in paired) + ".",
+                ]
         for config in tables["standard"]:
             note = _config_note(config, tables["runs"])
             if note:
