@@ -36,7 +36,8 @@ SCRIPT = textwrap.dedent("""
     trainer.validate(model, data, verbose=False)
     validated = {{k: float(v) for k, v in trainer.callback_metrics.items()}}
     trainer.test(model, data, verbose=False)
-    tested = {{k: v for k, v in model.test_results.items() if k in ("tasks", "queries", "accuracy", "aurc", "ece")}}
+    kept = ("tasks", "queries", "accuracy", "aurc", "aurc_max_probability", "ece")
+    tested = {{k: v for k, v in model.test_results.items() if k in kept}}
     trainer.fit(model, data)  # validates once, at step 2
     with open(f"result_{{trainer.global_rank}}.json", "w") as out:
         json.dump({{"rank": trainer.global_rank, "tasks": record.tasks, "counted": record.counted,
@@ -114,7 +115,7 @@ def test_every_evaluation_task_counts_once_under_ddp(tmp_path):
         assert set(results[rank]["samplers"].values()) == {"ShardSampler"}, "Lightning re-wrapped the sampler"
         tested = results[rank]["tested"]
         assert tested["tasks"] == TEST_TASKS and tested["queries"] == TEST_TASKS * 5 * 2  # n_way x query shots
-        for name in ("aurc", "ece"):
+        for name in ("aurc", "aurc_max_probability", "ece"):
             assert _close(tested[name], model.test_results[name]), name
         assert _close(tested["accuracy"]["mean"], model.test_results["accuracy"]["mean"])
         assert _close(tested["accuracy"]["ci95"], model.test_results["accuracy"]["ci95"])

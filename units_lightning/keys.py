@@ -7,7 +7,8 @@ once. This module imports nothing from ``units_lightning``, so any part can use 
   ``acc`` and the four ``BELIEFS``; per epoch ``theorem1_holds`` and ``theorem1_margin``.
 * ``val/`` and ``test/``: per epoch, over the evaluation tasks: ``loss``, ``acc``, ``BELIEFS``,
   ``theorem1_*`` and the single numbers of ``UncertaintyMetrics``: ``acc_ci95``,
-  ``acc_vacuity_below_<t>``, ``coverage_vacuity_below_<t>``, ``selective_acc_<pct>``, ``aurc``, ``ece``.
+  ``acc_vacuity_below_<t>``, ``coverage_vacuity_below_<t>``, ``selective_acc_<pct>``, ``aurc``,
+  ``selective_acc_max_probability_<pct>``, ``aurc_max_probability``, ``ece``.
 * ``test/ood/<shift>/<metric>``: accuracy, vacuity and detection AUROC of a shifted query set.
 * ``val_curve/``: ``acc_vacuity_below_<t>`` and ``coverage_vacuity_below_<t>`` over the grid
   ``CURVE_VACUITY_THRESHOLDS``, at every validation (``UncertaintyCurves``).
@@ -37,6 +38,7 @@ __all__ = [
     "ACC",
     "ACC_CI95",
     "AURC",
+    "AURC_MAX_PROBABILITY",
     "BELIEFS",
     "CURVE_VACUITY_THRESHOLDS",
     "ECE",
@@ -63,6 +65,7 @@ __all__ = [
     "selection_quantile",
     "selection_uncertainty",
     "selective_acc",
+    "selective_acc_max_probability",
     "slot_win",
     "stage_key",
     "step_key",
@@ -121,6 +124,9 @@ BELIEFS = ("vacuity", "dissonance", "incorrect_belief", "correct_belief")
 """Per-query beliefs averaged over tasks (the paper's vacuous, conflicting, incorrect and correct belief)."""
 ACC_CI95 = "acc_ci95"
 AURC = "aurc"
+"""Area under the risk-coverage curve, queries ranked by vacuity."""
+AURC_MAX_PROBABILITY = "aurc_max_probability"
+"""The same, queries ranked by their largest expected class probability (the baseline any classifier has)."""
 ECE = "ece"
 
 
@@ -153,6 +159,12 @@ def selective_acc(coverage: float) -> str:
     """Accuracy of the ``coverage`` most confident queries, in percent: ``selective_acc(0.7)`` is
     ``"selective_acc_70"``."""
     return f"selective_acc_{round(100 * coverage)}"
+
+
+def selective_acc_max_probability(coverage: float) -> str:
+    """``selective_acc`` with the queries ranked by their largest expected class probability instead of vacuity:
+    ``"selective_acc_max_probability_70"``."""
+    return f"selective_acc_max_probability_{round(100 * coverage)}"
 
 
 def theorem1_holds(stage: str) -> str:

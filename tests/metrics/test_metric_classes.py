@@ -63,14 +63,24 @@ def test_uncertainty_metrics_report_and_stable_keys():
     assert results["tasks"] == 7 and results["queries"] == 42
     assert results["accuracy"]["mean"] == pytest.approx(float(correct.float().mean()))
     assert results["vacuity"]["mean"] == pytest.approx(float(vacuity.mean()))
+    # the most confident by vacuity, and by the largest expected probability (here independent of vacuity)
+    confidence = 1.0 - probability.amax(-1)
+    assert results["aurc"] == pytest.approx(float(F.area_under_risk_coverage(correct.flatten(), vacuity.flatten())))
+    by_probability = float(F.area_under_risk_coverage(correct.flatten(), confidence.flatten()))
+    assert results["aurc_max_probability"] == pytest.approx(by_probability)
+    assert abs(by_probability - results["aurc"]) > 1e-3  # the two rankings differ on these queries
+    half_by_probability = float(F.selective_accuracy(correct.flatten(), confidence.flatten(), 0.5))
+    assert results["selective_accuracy_max_probability"][1] == {"coverage": 0.5, "accuracy": half_by_probability}
     scalars = metrics.scalars(results)
     assert scalars["acc"] == results["accuracy"]["mean"] and scalars["vacuity"] == results["vacuity"]["mean"]
+    assert scalars["aurc_max_probability"] == results["aurc_max_probability"]
     assert sorted(scalars) == [
         "acc",
         "acc_ci95",
         "acc_vacuity_below_0p10",
         "acc_vacuity_below_0p20",
         "aurc",
+        "aurc_max_probability",
         "correct_belief",
         "coverage_vacuity_below_0p10",
         "coverage_vacuity_below_0p20",
@@ -79,6 +89,8 @@ def test_uncertainty_metrics_report_and_stable_keys():
         "incorrect_belief",
         "selective_acc_100",
         "selective_acc_50",
+        "selective_acc_max_probability_100",
+        "selective_acc_max_probability_50",
         "vacuity",
     ]
     metrics.reset()

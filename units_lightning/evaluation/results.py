@@ -117,9 +117,12 @@ def format_results(results: Mapping[str, Any]) -> str:
         lines.append(
             f"  vacuity < {row['threshold']:g}: accuracy {_pct(row['accuracy'])}, coverage {_pct(row['coverage'])}"
         )
-    selective = ", ".join(f"{100 * r['coverage']:.0f}% {_pct(r['accuracy'])}" for r in results["selective_accuracy"])
-    lines.append(f"  most confident: {selective}")
-    lines.append(f"  AURC {_num(results['aurc'])} | ECE {_num(results['ece'])}")
+    for name, ranked in (("vacuity", ""), ("max probability", "_max_probability")):
+        rows = results.get(f"selective_accuracy{ranked}")
+        if rows:
+            selective = ", ".join(f"{100 * r['coverage']:.0f}% {_pct(r['accuracy'])}" for r in rows)
+            lines.append(f"  most confident by {name}: {selective}; AURC {_num(results.get(f'aurc{ranked}'))}")
+    lines.append(f"  ECE {_num(results['ece'])}")
     for kind, rows in results.get("ood", {}).items():
         parts = []
         for r in rows:
@@ -184,6 +187,7 @@ def _log_wandb(results: Mapping[str, Any], plots: Mapping[str, Path], run: Any) 
             "test/accuracy": results["accuracy"]["mean"],
             "test/accuracy_ci95": results["accuracy"]["ci95"],
             "test/aurc": results["aurc"],
+            "test/aurc_max_probability": results.get("aurc_max_probability"),
             "test/ece": results["ece"],
         }
     )

@@ -36,6 +36,10 @@ class UncertaintyMetrics(nn.Module):
     """Accuracy with its 95% CI over tasks, mean beliefs, accuracy and coverage below vacuity thresholds (and
     the whole curve), selective accuracy of the most confident queries, AURC and ECE.
 
+    The most confident queries are ranked twice: by vacuity (the paper's score) and by the largest expected class
+    probability, the usual misclassification-detection baseline of any classifier. The second makes models trained
+    without the evidential loss comparable: for them vacuity only measures the total evidence.
+
     Feed it what ``UnitsMAML``'s evaluation steps return; every part is a torchmetrics ``Metric`` whose state
     is reduced across processes (sums, or gathered lists for the ranking quantities).
 
@@ -62,6 +66,7 @@ class UncertaintyMetrics(nn.Module):
         self.beliefs = nn.ModuleDict({name: TaskMean() for name in BELIEFS})
         self.curve = VacuityThresholdAccuracy(curve_thresholds(self.vacuity_thresholds, curve_step))
         self.risk_coverage = RiskCoverage(self.coverages)
+        self.risk_coverage_probability = RiskCoverage(self.coverages)
         self.calibration = ExpectedCalibrationError(calibration_bins)
 
     def num_tasks(self) -> int:
@@ -81,6 +86,7 @@ class UncertaintyMetrics(nn.Module):
             metric.update(outputs[name])
         self.curve.update(correct, vacuity)
         self.risk_coverage.update(correct, vacuity)
+        self.risk_coverage_probability.update(correct, 1.0 - outputs["probability"].amax(dim=-1))
         self.calibration.update(outputs["probability"], outputs["labels"])
 
     def compute(self) -> dict[str, Any]:
@@ -90,12 +96,14 @@ class UncertaintyMetrics(nn.Module):
             dict with ``tasks``, ``queries``; ``accuracy`` and each belief as ``{"mean", "ci95"}``;
             ``vacuity_thresholds``: ``[{"threshold", "accuracy", "coverage"}]``; ``threshold_curve``:
             ``{"threshold": [...], "accuracy": [...], "coverage": [...]}``; ``selective_accuracy``:
-            ``[{"coverage", "accuracy"}]``; ``aurc``; ``ece``.
+            ``[{"coverage", "accuracy"}]``; ``aurc``; the same two ranked by the largest expected probability,
+            ``selective_accuracy_max_probability`` and ``aurc_max_probability``; ``ece``.
         """
         mean, half = self.accuracy.compute()
         curve_accuracy, curve_coverage = self.curve.compute()
         thresholds = self.curve.thresholds
         selective, aurc = self.risk_coverage.compute()
+        selective_probability, aurc_probability = self.risk_coverage_probability.compute()
         results: dict[str, Any] = {
             "tasks": synced_count(self.accuracy),
             "queries": synced_count(self.curve, "total"),
@@ -121,6 +129,10 @@ class UncertaintyMetrics(nn.Module):
             {"coverage": c, "accuracy": _number(a)} for c, a in zip(self.coverages, selective, strict=True)
         ]
         results["aurc"] = _number(aurc)
+        results["selective_accuracy_max_probability"] = [
+            {"coverage": c, "accuracy": _number(a)} for c, a in zip(self.coverages, selective_probability, strict=True)
+        ]
+        results["aurc_max_probability"] = _number(aurc_probability)
         results["ece"] = _number(self.calibration.compute())
         return results
 
@@ -128,8 +140,8 @@ class UncertaintyMetrics(nn.Module):
         """The single numbers of ``compute()``'s results under their stable logged names (``None`` as nan).
 
         ``acc`` and the four beliefs (their means over the tasks), ``acc_ci95``, ``acc_vacuity_below_<t>``,
-        ``coverage_vacuity_below_<t>`` (``<t>`` as ``0p20``), ``selective_acc_<pct>``, ``aurc``, ``ece`` (names of
-        ``units_lightning.keys``).
+        ``coverage_vacuity_below_<t>`` (``<t>`` as ``0p20``), ``selective_acc_<pct>``, ``aurc``,
+        ``selective_acc_max_probability_<pct>``, ``aurc_max_probability``, ``ece`` (names of ``units_lightning.keys``).
         """
         values: dict[str, float | None] = {keys.ACC: results["accuracy"]["mean"]}
         values.update({name: results[name]["mean"] for name in keys.BELIEFS})
@@ -139,7 +151,10 @@ class UncertaintyMetrics(nn.Module):
             values[keys.coverage_vacuity_below(row["threshold"])] = row["coverage"]
         for row in results["selective_accuracy"]:
             values[keys.selective_acc(row["coverage"])] = row["accuracy"]
+        for row in results["selective_accuracy_max_probability"]:
+            values[keys.selective_acc_max_probability(row["coverage"])] = row["accuracy"]
         values[keys.AURC], values[keys.ECE] = results["aurc"], results["ece"]
+        values[keys.AURC_MAX_PROBABILITY] = results["aurc_max_probability"]
         return {k: math.nan if v is None else v for k, v in values.items()}
 
     def reset(self) -> None:
