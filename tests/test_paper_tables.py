@@ -764,6 +764,33 @@ def test_units_ml_units_nts_and_maml_are_compared_seed_by_seed(tmp_path):
     assert "Units-NTS - MAML, paired by seed: omniglot_5w1s +3.00 ± 0.00 (2)." in text
 
 
+def test_the_standard_tables_say_how_well_each_method_knows_its_errors_by_both_rankings(tmp_path):
+    (tmp_path / "data" / "omniglot").mkdir(parents=True)
+    options = _options(tmp_path / "root", tmp_path / "data")
+    runs = _grid(options.root, seeds=(0, 1), name="omniglot_5w1s", methods=("MAML", "Units-ML"))
+    for run in runs:
+        results = _results(0.9)
+        half = {"MAML": 0.99, "Units-ML": 0.95}[run.method] - run.seed / 100
+        results.update(selective_accuracy=[{"coverage": 1.0, "accuracy": 0.9}, {"coverage": 0.5, "accuracy": half}])
+        results.update(aurc=0.02 + run.seed / 100, ece=0.05)
+        if run.seed == 1:  # seed 0's results were written before the second ranking existed
+            results.update(selective_accuracy_max_probability=[{"coverage": 0.5, "accuracy": half + 0.01}])
+            results.update(aurc_max_probability=0.01)
+        folders.write_json(run.folder / "test" / "top1-val" / "results.json", results)
+        _finish_fit(run, options)
+        folders.write_json(run.folder / folders.DONE, {"finished": "now"})
+
+    written = report.write_tables(runs, tmp_path / "tables")
+    ranking = json.loads(written["json"].read_text())["standard"]["omniglot_5w1s"]["Units-ML"]["error_ranking"]
+    assert ranking["selective_50_vacuity"]["values"] == pytest.approx([95.0, 94.0])
+    by_probability = ranking["selective_50_max_probability"]
+    assert by_probability["values"] == pytest.approx([95.0]) and by_probability["seeds"] == [1]
+    assert ranking["aurc_vacuity"]["mean"] == pytest.approx(2.5) and ranking["ece"]["mean"] == pytest.approx(5.0)
+    text = written["markdown"].read_text()
+    ci = statistics.student_t_quantile(0.975, 1) * math.sqrt(0.5) / math.sqrt(2)  # values 1 point apart
+    assert f"| omniglot_5w1s | MAML | {98.5:.2f} ± {ci:.2f} (2) | 99.00 (1) | 2.50 ± {ci:.2f} (2) | 1.00 (1) |" in text
+
+
 def test_no_paired_row_without_both_methods(tmp_path):
     (tmp_path / "data" / "omniglot").mkdir(parents=True)
     options = _options(tmp_path / "root", tmp_path / "data")

@@ -126,6 +126,33 @@ def _accuracy(runs: Sequence[Run], target: Target, paper: float | None) -> tuple
     return summary([v for _, v in accuracy], [s for s, _ in accuracy], paper), results
 
 
+ERROR_RANKING = {
+    "selective_50_vacuity": ("selective_accuracy", 0.5),
+    "selective_50_max_probability": ("selective_accuracy_max_probability", 0.5),
+    "aurc_vacuity": ("aurc", None),
+    "aurc_max_probability": ("aurc_max_probability", None),
+    "ece": ("ece", None),
+}
+"""How well a method knows its errors, from each ``results.json``: accuracy of the half of the queries it is surest
+of (ranked by vacuity, or by the largest expected probability), the area under the risk-coverage curve by each
+ranking, and the calibration error; all in percent."""
+
+
+def _error_ranking(results: Sequence[tuple[int, Mapping[str, Any]]]) -> dict[str, Any]:
+    """``ERROR_RANKING``'s summaries over the seeds whose results hold them (older results lack the second ranking)."""
+    rows = {}
+    for name, (key, coverage) in ERROR_RANKING.items():
+        found = []
+        for seed, res in results:
+            value = res.get(key)
+            if coverage is not None:
+                value = next((r["accuracy"] for r in value or () if math.isclose(r["coverage"], coverage)), None)
+            if value is not None:
+                found.append((seed, _percent(value)))
+        rows[name] = summary([v for _, v in found], [s for s, _ in found], None)
+    return rows
+
+
 def _standard_row(config: ConfigInfo, method: str, runs: Sequence[Run]) -> dict[str, Any]:
     paper = PAPER_STANDARD.get(config.name, {})
     target, *authors = targets_of(config)
@@ -144,6 +171,7 @@ def _standard_row(config: ConfigInfo, method: str, runs: Sequence[Run]) -> dict[
             "accuracy": summary([_percent(t["accuracy"]) for _, t in kept], [s for s, _ in kept], paper_value),
             "coverage": summary([_percent(t["coverage"]) for _, t in kept], [s for s, _ in kept], None),
         }
+    row["error_ranking"] = _error_ranking(results)
     return row
 
 
@@ -300,6 +328,7 @@ def markdown(tables: Mapping[str, Any], plots: Mapping[str, str]) -> str:
                     "",
                     f"{label}, paired by seed: " + "; ".join(f"{c} {cell(d, signed=True)}" for c, d in paired) + ".",
                 ]
+        lines += _error_ranking_table(tables["standard"])
         for config in tables["standard"]:
             note = _config_note(config, tables["runs"])
             if note:
@@ -309,6 +338,33 @@ def markdown(tables: Mapping[str, Any], plots: Mapping[str, str]) -> str:
             if runs:
                 lines += ["", f"### Runs: {config}", "", *runs]
     return "\n".join(lines) + "\n"
+
+
+def _error_ranking_table(standard: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The standard runs' ``error_ranking`` as a Markdown table, one row per (config, method); none without any."""
+    rows = [
+        f"| {config} | {method} | " + " | ".join(cell(row["error_ranking"][name]) for name in ERROR_RANKING) + " |"
+        for config, methods in standard.items()
+        for method, row in methods.items()
+        if any(s.get("n") for s in row.get("error_ranking", {}).values())
+    ]
+    if not rows:
+        return []
+    return [
+        "",
+        "### How well each method knows its errors",
+        "",
+        "The same tests, in percent: accuracy of the half of the test queries each model is surest of, ranked by "
+        "vacuity (the paper's score) or by the largest expected probability (the baseline any classifier has; for "
+        "MAML, trained with cross-entropy, vacuity only measures total evidence); the area under the risk-coverage "
+        "curve (AURC, lower is better) by each ranking; the expected calibration error (ECE) of the expected "
+        "probabilities. Results written before the second ranking existed leave its cells empty.",
+        "",
+        "| Config | Method | 50% surest, by vacuity | 50% surest, by max probability | AURC, by vacuity "
+        "| AURC, by max probability | ECE |",
+        "|---|---|---|---|---|---|---|",
+        *rows,
+    ]
 
 
 def plot_budget(config: str, methods: Mapping[str, Mapping[str, Any]], path: Path) -> Path | None:
