@@ -789,6 +789,27 @@ def test_the_standard_tables_say_how_well_each_method_knows_its_errors_by_both_r
     text = written["markdown"].read_text()
     ci = statistics.student_t_quantile(0.975, 1) * math.sqrt(0.5) / math.sqrt(2)  # values 1 point apart
     assert f"| omniglot_5w1s | MAML | {98.5:.2f} ± {ci:.2f} (2) | 99.00 (1) | 2.50 ± {ci:.2f} (2) | 1.00 (1) |" in text
+    assert "### How well each method knows its errors\n" in text
+
+
+def test_the_budget_tables_say_how_well_each_method_knows_its_errors_at_the_full_budget(tmp_path):
+    (tmp_path / "data" / "omniglot").mkdir(parents=True)
+    options = _options(tmp_path / "root", tmp_path / "data")
+    (run,) = _grid(options.root, seeds=(0,), methods=("Units-ML",))
+    for name in ("labels-04000", "labels-08000"):
+        _finish_test(run, name, 0.9)
+    results = _results(0.95)
+    results.update(selective_accuracy=[{"coverage": 0.5, "accuracy": 0.99}], aurc=0.005, ece=0.17)
+    results.update(selective_accuracy_max_probability=[{"coverage": 0.5, "accuracy": 1.0}], aurc_max_probability=0.001)
+    folders.write_json(run.folder / "test" / "labels-10000" / "results.json", results)
+    _finish_fit(run, options)
+    folders.write_json(run.folder / folders.DONE, {"finished": "now"})
+    written = report.write_tables([run], tmp_path / "tables")
+    errors = json.loads(written["json"].read_text())["budget_error_ranking"]["budget_omniglot_5w1s"]["Units-ML"]
+    assert errors["labels"] == 10000 and errors["error_ranking"]["aurc_max_probability"]["mean"] == pytest.approx(0.1)
+    text = written["markdown"].read_text()
+    assert "### How well each method knows its errors at 10,000 labeled query sets" in text
+    assert "| budget_omniglot_5w1s | Units-ML | 99.00 (1) | 100.00 (1) | 0.50 (1) | 0.10 (1) | 17.00 (1) |" in text
 
 
 def test_no_paired_row_without_both_methods(tmp_path):

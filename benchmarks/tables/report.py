@@ -30,9 +30,11 @@ def _percent(value: float | None) -> float | None:
 
 def collect(runs: Sequence[Run]) -> dict[str, Any]:
     """The numbers of every finished run (``done.json``) as tables: ``budget`` and ``standard``, each
-    ``{config: {method: ...}}`` with every seed's value, mean, 95% CI and n, beside the paper's; and ``runs``,
-    the record of every finished run (commands, commit, device, wall time)."""
+    ``{config: {method: ...}}`` with every seed's value, mean, 95% CI and n, beside the paper's;
+    ``budget_error_ranking``, how well each budget run knows its errors at the full budget (``ERROR_RANKING``); and
+    ``runs``, the record of every finished run (commands, commit, device, wall time)."""
     budget: dict[str, dict[str, Any]] = {}
+    budget_errors: dict[str, dict[str, Any]] = {}
     standard: dict[str, dict[str, Any]] = {}
     records = []
     finished = [r for r in runs if (r.folder / DONE).is_file()]
@@ -60,11 +62,18 @@ def collect(runs: Sequence[Run]) -> dict[str, Any]:
             mine = sorted((r for r in done if r.method == method), key=lambda r: r.seed)
             if config.kind == "budget":
                 budget.setdefault(config.name, {})[method] = _budget_row(config, method, mine)
+                last = targets_of(config)[-1]  # the full budget
+                results = [(r.seed, res) for r in mine if (res := read_results(r, last))]
+                budget_errors.setdefault(config.name, {})[method] = {
+                    "labels": last.milestone,
+                    "error_ranking": _error_ranking(results),
+                }
             else:
                 standard.setdefault(config.name, {})[method] = _standard_row(config, method, mine)
     return {
         "source": PAPER_SOURCE,
         "budget": budget,
+        "budget_error_ranking": budget_errors,
         "standard": standard,
         "paired": paired_rows(budget, standard),
         "runs": records,
@@ -285,6 +294,9 @@ def markdown(tables: Mapping[str, Any], plots: Mapping[str, str]) -> str:
             lines.append(
                 f"| {label}, paired by seed | " + " | ".join(cell(paired[p], signed=True) for p in points) + " |"
             )
+        errors = tables.get("budget_error_ranking", {}).get(config, {})
+        labels = next((e["labels"] for e in errors.values()), None)
+        lines += _error_ranking_table({config: errors}, f"at {labels:,} labeled query sets" if labels else "")
         if config in plots:
             lines += ["", f"![{config}]({plots[config]})"]
         for extra in (_config_note(config, tables["runs"]), _runs_table(tables["runs"], config)):
@@ -328,7 +340,7 @@ def markdown(tables: Mapping[str, Any], plots: Mapping[str, str]) -> str:
                     "",
                     f"{label}, paired by seed: " + "; ".join(f"{c} {cell(d, signed=True)}" for c, d in paired) + ".",
                 ]
-        lines += _error_ranking_table(tables["standard"])
+        lines += _error_ranking_table(tables["standard"], "")
         for config in tables["standard"]:
             note = _config_note(config, tables["runs"])
             if note:
@@ -340,11 +352,12 @@ def markdown(tables: Mapping[str, Any], plots: Mapping[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _error_ranking_table(standard: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """The standard runs' ``error_ranking`` as a Markdown table, one row per (config, method); none without any."""
+def _error_ranking_table(rows_of: Mapping[str, Mapping[str, Any]], where: str) -> list[str]:
+    """``{config: {method: {"error_ranking": ...}}}`` as a Markdown table, one row per (config, method), headed
+    "How well each method knows its errors" and ``where``; none without a finished test."""
     rows = [
         f"| {config} | {method} | " + " | ".join(cell(row["error_ranking"][name]) for name in ERROR_RANKING) + " |"
-        for config, methods in standard.items()
+        for config, methods in rows_of.items()
         for method, row in methods.items()
         if any(s.get("n") for s in row.get("error_ranking", {}).values())
     ]
@@ -352,7 +365,7 @@ def _error_ranking_table(standard: Mapping[str, Mapping[str, Any]]) -> list[str]
         return []
     return [
         "",
-        "### How well each method knows its errors",
+        f"### How well each method knows its errors {where}".rstrip(),
         "",
         "The same tests, in percent: accuracy of the half of the test queries each model is surest of, ranked by "
         "vacuity (the paper's score) or by the largest expected probability (the baseline any classifier has; for "
