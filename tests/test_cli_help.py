@@ -46,6 +46,7 @@ VALUES = {
     "--data.support": ("my/support", "support: my/support"),
     "--data.query": ("my/query", "query: my/query"),
     "--prediction.threshold": ("0.35", "threshold: 0.35"),
+    "--prediction.min_probability": ("0.9", "min_probability: 0.9"),
     "--prediction.output_dir": ("my/predictions", "output_dir: my/predictions"),
 }
 # Options that replace what another sets, given after it (the logger switched off after its offline option).

@@ -176,6 +176,7 @@ def test_predict_on_folders_of_pngs(trained, tmp_path, capsys):
             f"--trainer.default_root_dir={tmp_path}",
             f"--prediction.output_dir={out}",
             "--prediction.threshold=0.5",
+            "--prediction.min_probability=0.3",
             "--trainer.enable_progress_bar=false",
         ]
     )
@@ -192,8 +193,10 @@ def test_predict_on_folders_of_pngs(trained, tmp_path, capsys):
         "abstain",
     }
     payload = json.loads((out / "predictions.json").read_text())
-    assert payload["threshold"] == 0.5
+    assert payload["threshold"] == 0.5 and payload["min_probability"] == 0.3
+    assert "abstain at vacuity >= 0.5 or largest probability < 0.3" in printed
     for row in payload["predictions"]:
+        assert row["abstain"] == (row["vacuity"] >= 0.5 or max(row["probabilities"].values()) < 0.3)
         assert row["predicted"] in {f"glyph{c}" for c in range(5)}
         assert sum(row["probabilities"].values()) == pytest.approx(1.0, abs=1e-4)
         assert max(row["probabilities"], key=row["probabilities"].get) == row["predicted"]

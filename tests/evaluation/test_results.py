@@ -109,6 +109,19 @@ def test_prediction_rows_for_episodic_tasks_name_positions_and_class_ids():
     assert [r["query"] for r in rows] == ["batch0/task0/query0", "batch0/task0/query1"]
     assert [r["predicted"] for r in rows] == ["3", "7"] and [r["abstain"] for r in rows] == [False, True]
     assert rows[0]["probabilities"] == {"7": 0.2, "3": 0.8}
+    # a largest probability below min_probability abstains too: query 0 (0.8) passes 0.7, not 0.85
+    assert [r["abstain"] for r in prediction_rows([output], threshold=0.5, min_probability=0.7)] == [False, True]
+    assert [r["abstain"] for r in prediction_rows([output], threshold=0.5, min_probability=0.85)] == [True, True]
+    assert [r["abstain"] for r in prediction_rows([output], threshold=0.5)] == [False, False]
+
+
+def test_a_prediction_writer_refuses_a_min_probability_outside_0_1():
+    import pytest
+
+    from units_lightning.callbacks.prediction_writer import PredictionWriter
+
+    with pytest.raises(ValueError, match="min_probability must lie in"):
+        PredictionWriter(min_probability=1.5)
 
 
 def test_trainer_test_from_python_writes_results_and_plots(tmp_path, capsys):

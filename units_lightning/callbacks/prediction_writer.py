@@ -24,6 +24,7 @@ def prediction_rows(
     threshold: float,
     query_names: Sequence[str] | None = None,
     class_names: Sequence[str] | None = None,
+    min_probability: float | None = None,
 ) -> list[dict[str, Any]]:
     """One row per query from ``UnitsMAML.predict_step`` outputs.
 
@@ -33,6 +34,7 @@ def prediction_rows(
         threshold: a query abstains when its vacuity is ``>= threshold`` (kept below it, as in the test report).
         query_names: names of the queries in order (e.g. file names); default ``task<t>/query<m>``.
         class_names: names of the dataset's class ids; default the ids.
+        min_probability: a query abstains too when its largest expected probability is below this (None: never).
 
     Returns:
         dicts with ``query``, ``predicted`` (class name), ``probabilities`` ({class name: p}), ``vacuity``,
@@ -44,6 +46,8 @@ def prediction_rows(
             names = [class_names[int(c)] if class_names else str(int(c)) for c in output["classes"][t]]
             for m in range(output["prediction"].shape[1]):
                 vacuity = float(output["vacuity"][t, m])
+                surest = float(output["probability"][t, m].max())
+                unsure = min_probability is not None and surest < min_probability
                 rows.append(
                     {
                         "query": None,
@@ -53,7 +57,7 @@ def prediction_rows(
                         },
                         "vacuity": round(vacuity, 6),
                         "dissonance": round(float(output["dissonance"][t, m]), 6),
-                        "abstain": vacuity >= threshold,
+                        "abstain": vacuity >= threshold or unsure,
                         "_default_name": f"batch{batch_index}/task{t}/query{m}",
                     }
                 )
@@ -84,19 +88,28 @@ class PredictionWriter(BasePredictionWriter):
     """Print a table and write ``predictions.csv`` and ``predictions.json`` after ``predict``.
 
     For each query: the predicted class, the expected probabilities of every class, vacuity, dissonance, and
-    whether the model abstains (vacuity at or above ``threshold``). Query and class names come from a
-    ``FolderPredictionDataModule`` (file and folder names), else positions and class ids.
+    whether the model abstains (vacuity at or above ``threshold``, or, with ``min_probability``, a largest expected
+    probability below it). Query and class names come from a ``FolderPredictionDataModule`` (file and folder
+    names), else positions and class ids.
+
+    Vacuity flags queries the model has little evidence about (unlike its training data); the largest expected
+    probability ranks likely errors better (docs/RESULTS.md, "Ranking errors by vacuity or by the largest
+    probability"), so ``min_probability`` is the filter for likely mistakes.
 
     Args:
         threshold: vacuity at or above which a prediction is marked as an abstention.
+        min_probability: largest expected probability below which a prediction is marked as an abstention too
+            (default None: vacuity alone decides).
         output_dir: where to write (default: the run directory, as for ``summary.json``).
     """
 
-    def __init__(self, threshold: float = 0.2, output_dir: str | None = None):
+    def __init__(self, threshold: float = 0.2, min_probability: float | None = None, output_dir: str | None = None):
         super().__init__(write_interval="epoch")
         if not 0.0 < threshold <= 1.0:
             raise ValueError(f"threshold must lie in (0, 1], got {threshold}")
-        self.threshold, self.output_dir = threshold, output_dir
+        if min_probability is not None and not 0.0 < min_probability <= 1.0:
+            raise ValueError(f"min_probability must lie in (0, 1], got {min_probability}")
+        self.threshold, self.min_probability, self.output_dir = threshold, min_probability, output_dir
         self.rows: list[dict[str, Any]] = []
 
     def write_on_epoch_end(
@@ -113,6 +126,7 @@ class PredictionWriter(BasePredictionWriter):
             self.threshold,
             query_names=[p.name for p in query_files] if query_files is not None else None,
             class_names=getattr(datamodule, "class_names", None),
+            min_probability=self.min_probability,
         )
         if self.output_dir is not None:
             directory = Path(self.output_dir)
@@ -121,8 +135,11 @@ class PredictionWriter(BasePredictionWriter):
         directory.mkdir(parents=True, exist_ok=True)
         self._write(directory)
         abstained = sum(r["abstain"] for r in self.rows)
+        rule = f"vacuity >= {self.threshold:g}"
+        if self.min_probability is not None:
+            rule += f" or largest probability < {self.min_probability:g}"
         print(
-            f"{_table(self.rows)}\n{len(self.rows)} queries, {abstained} abstain at vacuity >= {self.threshold:g}; "
+            f"{_table(self.rows)}\n{len(self.rows)} queries, {abstained} abstain at {rule}; "
             f"written to {directory / PREDICTIONS_CSV} and {PREDICTIONS_JSON}",
             flush=True,
         )
@@ -141,5 +158,5 @@ class PredictionWriter(BasePredictionWriter):
                 writer.writerow(
                     [row["query"], row["predicted"], *probabilities, row["vacuity"], row["dissonance"], row["abstain"]]
                 )
-        payload = {"threshold": self.threshold, "predictions": self.rows}
+        payload = {"threshold": self.threshold, "min_probability": self.min_probability, "predictions": self.rows}
         (directory / PREDICTIONS_JSON).write_text(json.dumps(payload, indent=2) + "\n")

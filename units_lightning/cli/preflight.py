@@ -119,6 +119,8 @@ The options people change most:
   --data.support FOLDER         the labeled examples, one folder per class
   --data.query FOLDER           the images to classify
   --prediction.threshold V      abstain where vacuity >= V (default 0.2)
+  --prediction.min_probability P
+                                abstain too where the largest probability < P: the better filter of likely mistakes
   --prediction.output_dir D     where the predictions go (default: the checkpoint's run folder)
 {_HARDWARE}
 
