@@ -61,13 +61,8 @@ def collect(runs: Sequence[Run]) -> dict[str, Any]:
         for method in dict.fromkeys(r.method for r in runs if r.config.name == config.name):
             mine = sorted((r for r in done if r.method == method), key=lambda r: r.seed)
             if config.kind == "budget":
-                budget.setdefault(config.name, {})[method] = _budget_row(config, method, mine)
-                last = targets_of(config)[-1]  # the full budget
-                results = [(r.seed, res) for r in mine if (res := read_results(r, last))]
-                budget_errors.setdefault(config.name, {})[method] = {
-                    "labels": last.milestone,
-                    "error_ranking": _error_ranking(results),
-                }
+                row, budget_errors.setdefault(config.name, {})[method] = _budget_row(config, method, mine)
+                budget.setdefault(config.name, {})[method] = row
             else:
                 standard.setdefault(config.name, {})[method] = _standard_row(config, method, mine)
     return {
@@ -107,17 +102,19 @@ def paired_rows(budget: Mapping[str, Any], standard: Mapping[str, Any]) -> dict[
     return rows
 
 
-def _budget_row(config: ConfigInfo, method: str, runs: Sequence[Run]) -> dict[str, Any]:
+def _budget_row(config: ConfigInfo, method: str, runs: Sequence[Run]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The test accuracy at each milestone, ``{milestone: summary}``; and how well the runs know their errors at the
+    full budget, the last milestone: ``{"labels", "error_ranking"}``."""
     paper = PAPER_BUDGET.get(config.name, {}).get(method)
-    row = {}
-    for target in targets_of(config):
-        pairs = [(r.seed, read_results(r, target)) for r in runs]
-        pairs = [(seed, _percent(res["accuracy"]["mean"])) for seed, res in pairs if res]
+    targets, row, results = targets_of(config), {}, []
+    for target in targets:
+        results = [(r.seed, res) for r in runs if (res := read_results(r, target))]
+        accuracy = [(seed, _percent(res["accuracy"]["mean"])) for seed, res in results]
         paper_value = (
             paper[BUDGET_POINTS.index(target.milestone)] if paper and target.milestone in BUDGET_POINTS else None
         )
-        row[str(target.milestone)] = summary([v for _, v in pairs], [s for s, _ in pairs], paper_value)
-    return row
+        row[str(target.milestone)] = summary([v for _, v in accuracy], [s for s, _ in accuracy], paper_value)
+    return row, {"labels": targets[-1].milestone, "error_ranking": _error_ranking(results)}
 
 
 def _threshold_row(results: Mapping[str, Any], threshold: float) -> Mapping[str, Any] | None:
