@@ -102,8 +102,6 @@ class UncertaintyMetrics(nn.Module):
         mean, half = self.accuracy.compute()
         curve_accuracy, curve_coverage = self.curve.compute()
         thresholds = self.curve.thresholds
-        selective, aurc = self.risk_coverage.compute()
-        selective_probability, aurc_probability = self.risk_coverage_probability.compute()
         results: dict[str, Any] = {
             "tasks": synced_count(self.accuracy),
             "queries": synced_count(self.curve, "total"),
@@ -125,14 +123,12 @@ class UncertaintyMetrics(nn.Module):
             "accuracy": [_number(a) for a in curve_accuracy],
             "coverage": [_number(c) for c in curve_coverage],
         }
-        results["selective_accuracy"] = [
-            {"coverage": c, "accuracy": _number(a)} for c, a in zip(self.coverages, selective, strict=True)
-        ]
-        results["aurc"] = _number(aurc)
-        results["selective_accuracy_max_probability"] = [
-            {"coverage": c, "accuracy": _number(a)} for c, a in zip(self.coverages, selective_probability, strict=True)
-        ]
-        results["aurc_max_probability"] = _number(aurc_probability)
+        for ranked, ranking in (("", self.risk_coverage), ("_max_probability", self.risk_coverage_probability)):
+            selective, aurc = ranking.compute()
+            results[f"selective_accuracy{ranked}"] = [
+                {"coverage": c, "accuracy": _number(a)} for c, a in zip(self.coverages, selective, strict=True)
+            ]
+            results[f"aurc{ranked}"] = _number(aurc)
         results["ece"] = _number(self.calibration.compute())
         return results
 
