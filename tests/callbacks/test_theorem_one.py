@@ -1,5 +1,9 @@
 """Theorem 1 (ib_t >= cb_t / 2 on every task): the margin function and the property on generated tasks."""
 
+import warnings
+from types import SimpleNamespace
+from unittest.mock import Mock
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -58,3 +62,15 @@ def test_theorem_holds_on_random_tasks_in_float32():
     labels = torch.randint(0, 20, (2000, 10), generator=generator)
     beliefs = query_beliefs(evidence, labels)
     assert (theorem_one_margin(beliefs.incorrect, beliefs.dissonance) >= -1e-6).all()
+
+
+def test_an_epoch_that_ran_no_batch_logs_nothing_and_warns_nothing():
+    # A run resumed from the checkpoint of an epoch's last step ends that epoch before any batch: the monitor must
+    # neither log a value nor let torchmetrics warn that compute ran before update.
+    monitor = TheoremOneMonitor()
+    module = SimpleNamespace(device=torch.device("cpu"), log=Mock())
+    monitor.start(module, "train")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        monitor.finish(module, "train")
+    module.log.assert_not_called()

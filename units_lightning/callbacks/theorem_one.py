@@ -56,6 +56,8 @@ class TheoremOneMonitor(EpochAccumulator):
         self._checks[stage].update(values["incorrect_belief"], values["dissonance"])
 
     def finish(self, pl_module: pl.LightningModule, stage: str) -> None:
+        if not self._checks[stage].update_called:  # an epoch with no batch: a run resumed at an epoch's end
+            return  # every rank alike (each runs the same batches), so no rank waits in compute's reduction
         holds, margin = self._checks[stage].compute()  # every rank: the states are reduced across them
         self._checks[stage].reset()
         if torch.isnan(holds):  # no task on any rank
