@@ -21,6 +21,7 @@ from units_lightning.callbacks.results_writer import ResultsWriter
 from units_lightning.callbacks.sigterm import CheckpointOnSigterm
 from units_lightning.callbacks.summary_writer import SummaryWriter
 from units_lightning.collectives import log_equal_on_every_rank, weighted_means_over_ranks
+from units_lightning.compile_cache import compiled_before, record_compiled, run_signature
 from units_lightning.engines import EngineFactory, EngineName, InnerLRMode, build_engine
 from units_lightning.engines.captured_step import COMPILE_MIN_STEPS, CapturedStep, MetaStep, auto_capture
 from units_lightning.episode import TaskBatch
@@ -39,6 +40,10 @@ from units_lightning.schedules import LinearAnneal, LinearWarmup, Schedule
 
 # COMPILE_MIN_STEPS, auto_capture and MetaStep live in engines/captured_step.py; importable from here as before.
 __all__ = ["COMPILE_MIN_STEPS", "MetaStep", "UnitsMAML", "auto_capture", "training_values"]
+
+_NOT_COMPILED = frozenset({"lr", "lam", "eta", "schedule_steps_per_epoch", "label_budget", "capture", "non_finite"})
+"""Hyperparameters that leave the compiled graphs as they are (the outer optimiser, schedules whose values reach the
+step as tensors, the run's length and policies): ``compile_signature`` leaves them out."""
 
 
 def training_values(
@@ -95,7 +100,9 @@ class UnitsMAML(EpisodicEvaluation):
             options ``inner_lr`` to ``compile_inner`` here configure the named engines).
         chunk_size: tasks the batched engine vectorises at once (None: all); bounds evaluation memory.
         capture: speed-up of the batched engine's training steps: "auto" (on CUDA: "compile" for a run of at
-            least ``COMPILE_MIN_STEPS`` steps on one GPU, else "cuda_graph", data-parallel training among them),
+            least ``COMPILE_MIN_STEPS`` steps on one GPU, or of ``WARM_COMPILE_MIN_STEPS`` where a fit of the
+            same ``compile_signature`` compiled on this machine before; else "cuda_graph", data-parallel training
+            among them),
             "none", "cuda_graph" (the whole step replayed as CUDA graphs: the same kernels as eager, without the
             host's launch work; ``CapturedStep``) or "compile" (as "cuda_graph", with the inner loop and predictions
             of training compiled by ``torch.compile`` inside the graphs, vectorised over tasks on every device;
@@ -202,6 +209,7 @@ class UnitsMAML(EpisodicEvaluation):
         self.ensemble_ranking: list[Any] = []
         self.test_results: dict[str, Any] | None = None
         self.captured_step = CapturedStep(self.engine, reads=(self.inner_loss,))  # on CUDA: replays training steps
+        self._signature: tuple[str, dict[str, Any]] | None = None  # compile_signature, taken when training starts
 
     # --- wiring ---------------------------------------------------------------------------------------
 
@@ -318,9 +326,40 @@ class UnitsMAML(EpisodicEvaluation):
             return task_uncertainty(beliefs.vacuity, beliefs.dissonance, lam)
         return self.sampler.score(evidence, lam)
 
+    def compile_signature(self) -> tuple[str, dict[str, Any]]:
+        """This fit's signature in the compile cache's records (``compile_cache.run_signature``): the options that shape
+        the compiled graphs (all hyperparameters but ``_NOT_COMPILED``), the parameters' shapes (a backbone of one's
+        own included), the sampler, the episode shapes and the device; the same for another seed or data folder."""
+        datamodule = getattr(self._trainer, "datamodule", None)
+        device = str(self.device)
+        if self.device.type == "cuda":
+            device = f"{torch.cuda.get_device_name(self.device)} {torch.cuda.get_device_capability(self.device)}"
+        return run_signature(
+            {
+                "hyperparameters": {k: v for k, v in self.hparams.items() if k not in _NOT_COMPILED | {"loss"}},
+                "loss": self.loss,  # the one in use: a default of None in the hyperparameters is EvidentialLoss()
+                "parameters": [(name, list(p.shape), str(p.dtype)) for name, p in self.named_parameters()],
+                "sampler": self.sampler,
+                "episodes": {name: getattr(datamodule, name, None) for name in ("spec", "eval_spec", "image_shape")},
+                "device": device,
+            }
+        )
+
     def on_train_start(self) -> None:
-        """``capture="auto"`` on CUDA: compile a long single-GPU run (``CapturedStep.resolve_auto``)."""
-        self.captured_step.resolve_auto(self.trainer, self.device)
+        """``capture="auto"`` on CUDA: compile a long single-GPU run, or a shorter one whose signature compiled on this
+        machine before (``CapturedStep.resolve_auto``, ``compile_signature``)."""
+        compiles = getattr(self.engine, "capture", None) in ("auto", "compile")
+        self._signature = signature = self.compile_signature() if compiles else None  # on_train_end records this one
+        self.captured_step.resolve_auto(
+            self.trainer, self.device, lambda: signature is not None and compiled_before(signature[0])
+        )
+
+    def on_train_end(self) -> None:
+        """After a fit whose inner loop compiled: record its signature in the compile cache (rank 0), so that
+        ``capture="auto"`` compiles the next, shorter run of the same signature here (``WARM_COMPILE_MIN_STEPS``)."""
+        compiled = getattr(self.engine, "capture", None) == "compile"
+        if compiled and self._signature is not None and self.trainer.is_global_zero and self.trainer.global_step > 0:
+            record_compiled(*self._signature)
 
     # --- logging and checkpoints ----------------------------------------------------------------------
 

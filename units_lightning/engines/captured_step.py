@@ -22,18 +22,29 @@ from units_lightning.engines.cuda_graph import GraphedCalls, state_of
 from units_lightning.episode import SealedLabels, TaskBatch
 from units_lightning.ledger import LabelLedger, Revealed
 
-__all__ = ["COMPILE_MIN_STEPS", "CapturedStep", "ForwardPass", "MetaStep", "auto_capture"]
+__all__ = ["COMPILE_MIN_STEPS", "WARM_COMPILE_MIN_STEPS", "CapturedStep", "ForwardPass", "MetaStep", "auto_capture"]
 
 COMPILE_MIN_STEPS = 20_000
 """Training steps from which ``capture="auto"`` compiles a single-GPU run: compiling costs minutes once and saves a
 share of every step, so a run of this length pays it back (docs/PERFORMANCE.md has the measurements)."""
 
+WARM_COMPILE_MIN_STEPS = 2_000
+"""Training steps from which ``capture="auto"`` compiles a single-GPU run whose signature compiled on this machine
+before (``compile_cache.compiled_before``): loading the compiled kernels from the cache costs about 9 s once, and
+on an H200 a compiled ``budget_omniglot_5w1s`` step is 7.6 ms shorter than a CUDA-graph one (5.62 against 13.18 ms,
+docs/PERFORMANCE.md), so about 1,200 steps pay it back."""
 
-def auto_capture(steps: float, world_size: int) -> Literal["cuda_graph", "compile"]:
+
+def auto_capture(steps: float, world_size: int, compiled_before: bool = False) -> Literal["cuda_graph", "compile"]:
     """What ``capture="auto"`` does in a CUDA fit of ``steps`` optimizer steps over ``world_size`` processes:
-    "compile" for a long run on one GPU (the paper's 50,000 steps), "cuda_graph" for shorter runs (a label-budget
-    run of 5,000 steps is over before compiling pays back) and under data parallelism."""
-    return "compile" if world_size == 1 and steps >= COMPILE_MIN_STEPS else "cuda_graph"
+    "compile" for a long run on one GPU (the paper's 50,000 steps), and for a run of ``WARM_COMPILE_MIN_STEPS`` or
+    more on one GPU that ``compiled_before`` on this machine (its kernels come from the compile cache); else
+    "cuda_graph": shorter runs (a first label-budget run of 5,000 steps is over before compiling pays back) and data
+    parallelism."""
+    if world_size != 1:
+        return "cuda_graph"
+    warm = compiled_before and steps >= WARM_COMPILE_MIN_STEPS
+    return "compile" if steps >= COMPILE_MIN_STEPS or warm else "cuda_graph"
 
 
 class MetaStep(NamedTuple):
@@ -172,15 +183,25 @@ class CapturedStep:
 
         return tensors, names
 
-    def resolve_auto(self, trainer: pl.Trainer, device: torch.device) -> None:
-        """``capture="auto"`` on CUDA: compile a long single-GPU run (``auto_capture``). Called when training starts,
-        where the training loader (and so the run's length) is known without loading it early."""
+    def resolve_auto(
+        self, trainer: pl.Trainer, device: torch.device, compiled_before: Callable[[], bool] = lambda: False
+    ) -> None:
+        """``capture="auto"`` on CUDA: compile a long single-GPU run, or a shorter one that ``compiled_before`` on this
+        machine (``auto_capture``; the callable is asked only for such a run). Called when training starts, where the
+        training loader (and so the run's length) is known without loading it early."""
         if not isinstance(self.engine, CapturingEngine) or self.engine.capture != "auto" or device.type != "cuda":
             return
         steps = trainer.estimated_stepping_batches
-        if auto_capture(steps, trainer.world_size) == "compile":
+        short = trainer.world_size == 1 and WARM_COMPILE_MIN_STEPS <= steps < COMPILE_MIN_STEPS
+        warm = short and compiled_before()
+        if auto_capture(steps, trainer.world_size, warm) == "compile":
             rank_zero_info(
-                f"capture auto: compiling the inner loop for this run of {steps:,.0f} steps (about 2 minutes the "
-                "first time on this machine, then from the compile cache; model.capture=cuda_graph skips it)"
+                f"capture auto: compiling the inner loop for this run of {steps:,.0f} steps "
+                + (
+                    "(these shapes compiled on this machine before: from the compile cache, in seconds; "
+                    if warm
+                    else "(about 2 minutes the first time on this machine, then from the compile cache; "
+                )
+                + "model.capture=cuda_graph skips it)"
             )
             self.engine.use_capture("compile")
