@@ -204,8 +204,9 @@ def planned_steps(config: dict) -> float:
 
 
 def full_run_capture(config: dict, device: str, extra: list[str]) -> str | None:
-    """The ``model.capture`` that the config's full run resolves ``auto`` to on one GPU, or None where the benchmark
-    leaves it alone (on CPU, a config or ``--extra`` that names one)."""
+    """The ``model.capture`` that the config's full run resolves ``auto`` to on one GPU of a machine where it has not
+    compiled before (the compile cache's records can make a shorter run compile), or None where the benchmark leaves
+    it alone (on CPU, a config or ``--extra`` that names one)."""
     given = (config.get("model") or {}).get("capture", "auto")
     if device != "cuda" or given != "auto" or any(a.startswith("--model.capture") for a in extra):
         return None
