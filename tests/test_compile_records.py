@@ -71,6 +71,16 @@ def test_records_round_trip_in_the_compile_cache_folder(tmp_path, monkeypatch):
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left beside it
 
 
+def test_a_cache_folder_that_cannot_hold_records_reads_as_no_record_and_refuses_to_write_one(tmp_path, monkeypatch):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    monkeypatch.setenv(COMPILE_CACHE_VARIABLE, str(blocked))
+    signature, description = run_signature({"device": "cpu"})
+    assert not compiled_before(signature)
+    with pytest.raises(OSError):  # UnitsMAML.on_train_end warns and lets the fit end as it would have
+        record_compiled(signature, description)
+
+
 def test_a_signature_is_the_same_for_another_seed_or_learning_rate_and_differs_for_other_shapes_or_losses(tmp_path):
     base, description = signature_of_a_fit(tmp_path / "base")
     spec = description["episodes"]["spec"]

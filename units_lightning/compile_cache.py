@@ -162,8 +162,12 @@ def _record(signature: str, environment: MutableMapping[str, str] | None = None)
 
 
 def compiled_before(signature: str, environment: MutableMapping[str, str] | None = None) -> bool:
-    """Whether a fit of this signature compiled into this machine's compile cache (``record_compiled``)."""
-    return _record(signature, environment).is_file()
+    """Whether a fit of this signature compiled into this machine's compile cache (``record_compiled``); False where
+    the folder cannot be read."""
+    try:
+        return _record(signature, environment).is_file()
+    except OSError:
+        return False
 
 
 def record_compiled(

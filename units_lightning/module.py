@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 import torch
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 
 from units_lightning import keys
@@ -359,7 +360,10 @@ class UnitsMAML(EpisodicEvaluation):
         ``capture="auto"`` compiles the next, shorter run of the same signature here (``WARM_COMPILE_MIN_STEPS``)."""
         compiled = getattr(self.engine, "capture", None) == "compile"
         if compiled and self._signature is not None and self.trainer.is_global_zero and self.trainer.global_step > 0:
-            record_compiled(*self._signature)
+            try:
+                record_compiled(*self._signature)
+            except OSError as error:  # a read-only cache folder costs the next run its compile, not this run its end
+                rank_zero_warn(f"could not record this compiled run in the compile cache ({error})")
 
     # --- logging and checkpoints ----------------------------------------------------------------------
 
