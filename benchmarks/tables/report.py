@@ -350,14 +350,28 @@ def markdown(tables: Mapping[str, Any], plots: Mapping[str, str]) -> str:
 
 
 def _error_ranking_table(rows_of: Mapping[str, Mapping[str, Any]], where: str) -> list[str]:
-    """``{config: {method: {"error_ranking": ...}}}`` as a Markdown table, one row per (config, method), headed
-    "How well each method knows its errors" and ``where``; none without a finished test."""
-    rows = [
-        f"| {config} | {method} | " + " | ".join(cell(row["error_ranking"][name]) for name in ERROR_RANKING) + " |"
-        for config, methods in rows_of.items()
-        for method, row in methods.items()
-        if any(s.get("n") for s in row.get("error_ranking", {}).values())
-    ]
+    """``{config: {method: {"error_ranking": ...}}}`` as a Markdown table, one row per (config, method) and one per
+    pair of ``PAIRS`` that both ran (paired by seed), headed "How well each method knows its errors" and ``where``; none
+    without a finished test."""
+    rows = []
+    for config, methods in rows_of.items():
+        ranked = {
+            m: row["error_ranking"]
+            for m, row in methods.items()
+            if any(s.get("n") for s in row.get("error_ranking", {}).values())
+        }
+        rows += [
+            f"| {config} | {m} | " + " | ".join(cell(r[name]) for name in ERROR_RANKING) + " |"
+            for m, r in ranked.items()
+        ]
+        for first, second in PAIRS:
+            if first in ranked and second in ranked:
+                differences = [paired_difference(ranked[first][name], ranked[second][name]) for name in ERROR_RANKING]
+                if any(d["n"] for d in differences):
+                    label = f"{pair_label((first, second))}, paired by seed"
+                    rows.append(
+                        f"| {config} | {label} | " + " | ".join(cell(d, signed=True) for d in differences) + " |"
+                    )
     if not rows:
         return []
     return [
@@ -368,7 +382,8 @@ def _error_ranking_table(rows_of: Mapping[str, Mapping[str, Any]], where: str) -
         "vacuity (the paper's score) or by the largest expected probability (the baseline any classifier has; for "
         "MAML, trained with cross-entropy, vacuity only measures total evidence); the area under the risk-coverage "
         "curve (AURC, lower is better) by each ranking; the expected calibration error (ECE) of the expected "
-        "probabilities. Results written before the second ranking existed leave its cells empty.",
+        'probabilities. Results written before the second ranking existed leave its cells empty. A row "A - B, paired '
+        "by seed\": A's value minus B's, seed by seed, over the seeds both have.",
         "",
         "| Config | Method | 50% surest, by vacuity | 50% surest, by max probability | AURC, by vacuity "
         "| AURC, by max probability | ECE |",
