@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,21 +84,24 @@ def pair_label(pair: tuple[str, str]) -> str:
     return f"{pair[0]} - {pair[1]}"
 
 
+def ran_pairs(methods: Mapping[str, Any]) -> Iterator[tuple[str, Any, Any]]:
+    """``(pair label, the first method's row, the second's)`` for each of ``PAIRS`` whose two methods are in
+    ``methods``."""
+    for first, second in PAIRS:
+        if first in methods and second in methods:
+            yield pair_label((first, second)), methods[first], methods[second]
+
+
 def paired_rows(budget: Mapping[str, Any], standard: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """``{config: {pair label: difference}}`` for each of ``PAIRS`` whose two methods ran: per budget point, or of the
     standard accuracy (``{"accuracy": difference}``)."""
     rows: dict[str, dict[str, Any]] = {}
     for config, methods in budget.items():
-        for first, second in PAIRS:
-            if first in methods and second in methods:
-                rows.setdefault(config, {})[pair_label((first, second))] = {
-                    p: paired_difference(methods[first][p], methods[second][p]) for p in methods[first]
-                }
+        for label, ours, theirs in ran_pairs(methods):
+            rows.setdefault(config, {})[label] = {p: paired_difference(ours[p], theirs[p]) for p in ours}
     for config, methods in standard.items():
-        for first, second in PAIRS:
-            if first in methods and second in methods:
-                difference = paired_difference(methods[first]["accuracy"], methods[second]["accuracy"])
-                rows.setdefault(config, {})[pair_label((first, second))] = {"accuracy": difference}
+        for label, ours, theirs in ran_pairs(methods):
+            rows.setdefault(config, {})[label] = {"accuracy": paired_difference(ours["accuracy"], theirs["accuracy"])}
     return rows
 
 
@@ -364,14 +367,11 @@ def _error_ranking_table(rows_of: Mapping[str, Mapping[str, Any]], where: str) -
             f"| {config} | {m} | " + " | ".join(cell(r[name]) for name in ERROR_RANKING) + " |"
             for m, r in ranked.items()
         ]
-        for first, second in PAIRS:
-            if first in ranked and second in ranked:
-                differences = [paired_difference(ranked[first][name], ranked[second][name]) for name in ERROR_RANKING]
-                if any(d["n"] for d in differences):
-                    label = f"{pair_label((first, second))}, paired by seed"
-                    rows.append(
-                        f"| {config} | {label} | " + " | ".join(cell(d, signed=True) for d in differences) + " |"
-                    )
+        for label, ours, theirs in ran_pairs(ranked):
+            differences = [paired_difference(ours[name], theirs[name]) for name in ERROR_RANKING]
+            if any(d["n"] for d in differences):
+                cells = " | ".join(cell(d, signed=True) for d in differences)
+                rows.append(f"| {config} | {label}, paired by seed | {cells} |")
     if not rows:
         return []
     return [
