@@ -349,7 +349,8 @@ class UnitsMAML(EpisodicEvaluation):
     def on_train_start(self) -> None:
         """``capture="auto"`` on CUDA: compile a long single-GPU run, or a shorter one whose signature compiled on this
         machine before (``CapturedStep.resolve_auto``, ``compile_signature``)."""
-        compiles = getattr(self.engine, "capture", None) in ("auto", "compile")
+        capture = getattr(self.engine, "capture", None)
+        compiles = capture == "compile" or (capture == "auto" and self.device.type == "cuda")  # auto compiles on CUDA
         self._signature = signature = self.compile_signature() if compiles else None  # on_train_end records this one
         self.captured_step.resolve_auto(
             self.trainer, self.device, lambda: signature is not None and compiled_before(signature[0])
