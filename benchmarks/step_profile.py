@@ -46,8 +46,26 @@ def kernels(fn: Callable[[], object], repeats: int, rows: int) -> str:
         torch.cuda.synchronize()
     events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     busy = sum(e.device_time for e in events) / 1000 / repeats
+    shares: dict[str, float] = {}
+    for event in events:
+        family = kernel_family(event.name)
+        shares[family] = shares.get(family, 0.0) + event.device_time / 1000 / repeats
+    split = ", ".join(f"{family} {ms:.2f} ms ({ms / busy:.0%})" for family, ms in sorted(shares.items()) if busy)
     table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=rows, max_name_column_width=90)
-    return f"{len(events) / repeats:.0f} kernels, GPU busy {busy:.2f} ms\n{table if rows else ''}"
+    return f"{len(events) / repeats:.0f} kernels, GPU busy {busy:.2f} ms: {split}\n{table if rows else ''}"
+
+
+def kernel_family(name: str) -> str:
+    """A kernel's family by its name: convolutions and matrix products (cuDNN, cuBLAS, CUTLASS), kernels that
+    ``torch.compile`` generated (Triton), PyTorch's own reductions, and the rest (elementwise, copies)."""
+    lowered = name.lower()
+    if lowered.startswith("triton"):
+        return "triton"
+    if any(word in lowered for word in ("conv", "cudnn", "xmma", "gemm", "cutlass", "wgrad", "dgrad", "sm80", "sm90")):
+        return "conv/gemm"
+    if "reduce" in lowered:
+        return "reduction"
+    return "other"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -56,13 +74,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--configs", nargs="+", default=["budget_omniglot_5w1s", "omniglot_20w1s"])
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--rows", type=int, default=12, help="costliest kernels to list (0: none)")
+    parser.add_argument(
+        "overrides", nargs=argparse.REMAINDER, help="after --: more fit options, e.g. -- --model.capture compile"
+    )
     args = parser.parse_args(argv)
+    overrides = [a for a in args.overrides if a != "--"]
     device = torch.device("cuda")
     for name in args.configs:
         cli = cli_main(
             ["--config", f"configs/{name}.yaml", "--data.init_args.root", args.root, "--trainer.accelerator", "gpu",
              "--trainer.devices", "1", "--data.init_args.sampler.init_args.warmup_steps", "0",
-             "--trainer.default_root_dir", "/tmp/step_profile", "--trainer.logger", "false"],
+             "--trainer.default_root_dir", "/tmp/step_profile", "--trainer.logger", "false", *overrides],
             run=False,
         )  # fmt: skip
         model, data = cli.model.to(device), cli.datamodule

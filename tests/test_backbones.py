@@ -54,3 +54,45 @@ def test_pooling_before_the_activation_equals_the_papers_block_order(bn_steps):
             strict=True,
         ):
             assert (a is None and b is None) or torch.equal(a, b)
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_the_convolution_as_patches_gives_the_meta_gradients_of_conv2d_under_vmap(channels):
+    """``conv3x3(as_patches=True)`` (Omniglot's first layer on a GPU) against ``F.conv2d``: per-task weights under
+    ``vmap``, an inner step by ``torch.func.grad`` and the meta-gradient through it, in float64."""
+    from torch.func import grad, vmap
+
+    from units_lightning.backbones import conv3x3
+
+    g = torch.Generator().manual_seed(0)
+    tasks, images, filters = 3, 4, 5
+    x = torch.randn(tasks, images, channels, 6, 6, generator=g, dtype=torch.float64)
+    weight = torch.randn(filters, channels, 3, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(filters, generator=g, dtype=torch.float64, requires_grad=True)
+    probe = torch.randn(images, filters, 6, 6, generator=g, dtype=torch.float64)
+
+    def meta_loss(as_patches):
+        def task_loss(w, b, images):
+            return (torch.tanh(conv3x3(images, w, b, as_patches)) * probe).sum()
+
+        def adapted_loss(images):
+            gw, gb = grad(task_loss, argnums=(0, 1))(weight, bias, images)
+            return task_loss(weight - 0.1 * gw, bias - 0.1 * gb, images)
+
+        return vmap(adapted_loss)(x).sum()
+
+    values, grads = [], []
+    for as_patches in (False, True):
+        loss = meta_loss(as_patches)
+        values.append(loss)
+        grads.append(torch.autograd.grad(loss, [weight, bias]))
+    torch.testing.assert_close(values[1], values[0], rtol=1e-12, atol=1e-12)
+    for ours, ref in zip(grads[1], grads[0], strict=True):
+        torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-12)
+
+
+def test_convnet_on_a_cpu_convolves_without_patches(monkeypatch):
+    """The CPU keeps ``F.conv2d`` for every layer, so CPU runs (the quick start) print what they printed before."""
+    monkeypatch.setattr(F, "unfold", lambda *a, **k: pytest.fail("patches taken on a CPU"))
+    net = ConvNet((1, 28, 28), 5, filters=8)
+    assert net(torch.zeros(2, 1, 28, 28)).shape == (2, 5)
