@@ -3,28 +3,9 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["BatchNorm", "ConvNet", "conv3x3"]
-
-
-def conv3x3(x: Tensor, weight: Tensor, bias: Tensor, as_patches: bool = False) -> Tensor:
-    """A 3x3 convolution with padding 1: ``F.conv2d(x, weight, bias, padding=1)``, or with ``as_patches`` the same
-    as a matrix product of the weights and the images' 3x3 patches (``F.unfold``).
-
-    ``ConvNet`` takes the patches for a single-channel input on a GPU (Omniglot's first layer). Under ``vmap``
-    over tasks a convolution whose weights differ per task becomes one grouped convolution, and with one input
-    channel per group PyTorch runs it with its own depthwise kernels, not cuDNN's: on an H200 those took 12% of a
-    compiled Omniglot 20w1s step, most of it the weight gradient (docs/PERFORMANCE.md). As a product the tasks'
-    weights meet their patches in one batched matrix multiply, forward and backward.
-    """
-    if not as_patches:
-        return F.conv2d(x, weight, bias, padding=1)
-    n, _, height, width = x.shape
-    patches = F.unfold(x, 3, padding=1)  # (N, C x 9, H x W)
-    out = weight.flatten(1) @ patches + bias.view(-1, 1)  # (N, out channels, H x W)
-    return out.view(n, -1, height, width)
+__all__ = ["BatchNorm", "ConvNet"]
 
 
 class BatchNorm(nn.Module):
@@ -116,6 +97,5 @@ class ConvNet(nn.Module):
 
     def forward(self, x: Tensor, step: int = 0) -> Tensor:
         for conv, norm in zip(self.convs, self.norms, strict=True):
-            x = conv3x3(x, conv.weight, conv.bias, as_patches=x.is_cuda and x.shape[1] == 1)
-            x = self.activation(self.pool(norm(x, step)))
+            x = self.activation(self.pool(norm(conv(x), step)))
         return self.classifier(x.flatten(1))

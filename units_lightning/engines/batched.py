@@ -33,13 +33,6 @@ class AdaptedWeights:
     steps: int
 
 
-# Channels-last activations in every compiled graph. Inductor's heuristic keeps graphs of grouped convolutions (the
-# tasks' convolutions under vmap) in NCHW, and cuDNN then converts each of their inputs to NHWC and back: forced,
-# a compiled Omniglot 20w1s step took 14.75 against 16.91 ms on an H200 (docs/PERFORMANCE.md). On a CPU inductor
-# already lays out convolutions channels-last where oneDNN runs them.
-COMPILE_OPTIONS = {"force_layout_optimization": True}
-
-
 class BatchedEngine(nn.Module):
     """Second- or first-order MAML over a batch of tasks in one vectorised pass.
 
@@ -162,7 +155,7 @@ class BatchedEngine(nn.Module):
         first-order evaluation loop costs more than it saves (docs/PERFORMANCE.md). What it compiles is kept for the
         next run on this machine (``use_compile_cache``)."""
         use_compile_cache()
-        compiled = torch.compile(function, options=COMPILE_OPTIONS)
+        compiled = torch.compile(function)
 
         def run(*args: Any) -> Any:  # after a failure ``use_capture`` binds the uncompiled functions in its place
             if not self.training:
@@ -291,7 +284,7 @@ class BatchedEngine(nn.Module):
             # One task at a time, its query sets vectorised: plain (not grouped) convolutions, which the
             # compiler fuses with batch norm and pooling better than the nested vmap.
             use_compile_cache()
-            self._compiled_scoring = torch.compile(self._sets_per_task, dynamic=False, options=COMPILE_OPTIONS)
+            self._compiled_scoring = torch.compile(self._sets_per_task, dynamic=False)
         try:
             return self._compiled_scoring(fast, query_x, adapted.steps)
         except Exception as error:  # noqa: BLE001 - any compiler failure falls back to the same eager function
