@@ -7,6 +7,10 @@ its query sets); and the kernels that take the most GPU time. A step whose wall 
 bound by the host; one whose wall time is its GPU time, by the kernels.
 
     python benchmarks/step_profile.py --root <omniglot folder or zips> --configs budget_omniglot_5w1s omniglot_20w1s
+    python benchmarks/step_profile.py --root <omniglot> --configs omniglot_20w1s -- --model.capture compile
+
+Options after ``--`` go to each config's ``fit`` (the second line profiles the compiled step). The GPU time is also
+split by kernel family (``kernel_family``): convolutions and matrix products, Triton (compiled), reductions, the rest.
 """
 
 from __future__ import annotations
