@@ -111,12 +111,10 @@ def _budget_row(config: ConfigInfo, method: str, runs: Sequence[Run]) -> tuple[d
     paper = PAPER_BUDGET.get(config.name, {}).get(method)
     targets, row, results = targets_of(config), {}, []
     for target in targets:
-        results = [(r.seed, res) for r in runs if (res := read_results(r, target))]
-        accuracy = [(seed, _percent(res["accuracy"]["mean"])) for seed, res in results]
         paper_value = (
             paper[BUDGET_POINTS.index(target.milestone)] if paper and target.milestone in BUDGET_POINTS else None
         )
-        row[str(target.milestone)] = summary([v for _, v in accuracy], [s for s, _ in accuracy], paper_value)
+        row[str(target.milestone)], results = _accuracy(runs, target, paper_value)
     return row, {"labels": targets[-1].milestone, "error_ranking": _error_ranking(results)}
 
 
