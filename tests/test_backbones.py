@@ -54,3 +54,52 @@ def test_pooling_before_the_activation_equals_the_papers_block_order(bn_steps):
             strict=True,
         ):
             assert (a is None and b is None) or torch.equal(a, b)
+
+
+def test_the_convolution_as_shifted_taps_gives_the_meta_gradients_of_conv2d_under_vmap():
+    """``conv3x3(as_shifts=True)`` (Omniglot's first layer in a compiled graph) against ``F.conv2d``: per-task
+    weights under ``vmap``, an inner step by ``torch.func.grad`` and the meta-gradient through it, in float64."""
+    from torch.func import grad, vmap
+
+    from units_lightning.backbones import conv3x3
+
+    g = torch.Generator().manual_seed(0)
+    tasks, images, filters, channels = 3, 4, 5, 1
+    x = torch.randn(tasks, images, channels, 6, 6, generator=g, dtype=torch.float64)
+    weight = torch.randn(filters, channels, 3, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(filters, generator=g, dtype=torch.float64, requires_grad=True)
+    probe = torch.randn(images, filters, 6, 6, generator=g, dtype=torch.float64)
+
+    def meta_loss(as_shifts):
+        def task_loss(w, b, images):
+            return (torch.tanh(conv3x3(images, w, b, as_shifts)) * probe).sum()
+
+        def adapted_loss(images):
+            gw, gb = grad(task_loss, argnums=(0, 1))(weight, bias, images)
+            return task_loss(weight - 0.1 * gw, bias - 0.1 * gb, images)
+
+        return vmap(adapted_loss)(x).sum()
+
+    values, grads = [], []
+    for as_shifts in (False, True):
+        loss = meta_loss(as_shifts)
+        values.append(loss)
+        grads.append(torch.autograd.grad(loss, [weight, bias]))
+    torch.testing.assert_close(values[1], values[0], rtol=1e-12, atol=1e-12)
+    for ours, ref in zip(grads[1], grads[0], strict=True):
+        torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-12)
+
+
+def test_convnet_sums_shifted_taps_only_inside_a_compiled_graph(monkeypatch):
+    """Eager forward passes (CPU runs, CUDA graphs) keep ``F.conv2d`` in every layer: they print what they printed
+    before the compiled graphs took the shifted taps."""
+    monkeypatch.setattr(F, "pad", lambda *a, **k: pytest.fail("shifted taps taken outside a compiled graph"))
+    net = ConvNet((1, 28, 28), 5, filters=8)
+    assert net(torch.zeros(2, 1, 28, 28)).shape == (2, 5)
+
+
+def test_shifted_taps_refuse_more_than_one_channel():
+    from units_lightning.backbones import conv3x3
+
+    with pytest.raises(ValueError, match="single-channel"):
+        conv3x3(torch.zeros(2, 3, 5, 5), torch.zeros(4, 3, 3, 3), torch.zeros(4), as_shifts=True)

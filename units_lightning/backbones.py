@@ -3,9 +3,33 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["BatchNorm", "ConvNet"]
+__all__ = ["BatchNorm", "ConvNet", "conv3x3"]
+
+
+def conv3x3(x: Tensor, weight: Tensor, bias: Tensor, as_shifts: bool = False) -> Tensor:
+    """A 3x3 convolution with padding 1: ``F.conv2d(x, weight, bias, padding=1)``, or with ``as_shifts`` the same
+    as a sum over the kernel's nine taps of the weight times the shifted images, for a single-channel input.
+
+    ``ConvNet`` sums the taps for a single-channel input (Omniglot's first layer) inside a compiled graph. Under
+    ``vmap`` over tasks a convolution whose weights differ per task becomes one grouped convolution; with one input
+    channel per group PyTorch runs it with its own depthwise kernels, not cuDNN's, which took 12% of a compiled
+    Omniglot 20w1s step's GPU time on an H200 (docs/PERFORMANCE.md). As nine multiply-adds, forward and backward are
+    elementwise work and reductions, which the compiler fuses with the batch norm that follows.
+    """
+    if not as_shifts:
+        return F.conv2d(x, weight, bias, padding=1)
+    if x.shape[1] != 1:
+        raise ValueError(f"conv3x3 sums shifted taps of single-channel images only, got {x.shape[1]} channels")
+    height, width = x.shape[-2:]
+    padded = F.pad(x, (1, 1, 1, 1))
+    out = bias.view(1, -1, 1, 1)
+    for row in range(3):
+        for col in range(3):
+            out = out + weight[:, :, row, col].view(1, -1, 1, 1) * padded[:, :, row : row + height, col : col + width]
+    return out
 
 
 class BatchNorm(nn.Module):
@@ -97,5 +121,6 @@ class ConvNet(nn.Module):
 
     def forward(self, x: Tensor, step: int = 0) -> Tensor:
         for conv, norm in zip(self.convs, self.norms, strict=True):
-            x = self.activation(self.pool(norm(conv(x), step)))
+            x = conv3x3(x, conv.weight, conv.bias, as_shifts=x.shape[1] == 1 and torch.compiler.is_compiling())
+            x = self.activation(self.pool(norm(x, step)))
         return self.classifier(x.flatten(1))

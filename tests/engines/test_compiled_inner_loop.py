@@ -25,8 +25,8 @@ CPU_OPT_IN = os.environ.get("UNITS_LIGHTNING_COMPILE_TESTS") == "1"
 SLOW = "compiling takes minutes: UNITS_LIGHTNING_COMPILE_TESTS=1"
 
 
-def meta_gradient(engine, device):
-    support_x, support_y, query_x, query_y = (t.to(device) for t in agree.episode())
+def meta_gradient(engine, device, channels=2):
+    support_x, support_y, query_x, query_y = (t.to(device) for t in agree.episode(channels))
     adapted = engine.adapt(support_x, support_y, agree.LOSS, agree.STEPS, create_graph=True)
     logits = engine.predict(adapted, query_x[:, 0], torch.arange(agree.TASKS, device=device))
     names, params = zip(*engine.named_parameters(), strict=True)
@@ -39,16 +39,18 @@ DEVICES = [
 ]
 
 
+@pytest.mark.parametrize("channels", [2, 1])  # 1: the first layer sums shifted taps when compiled (``conv3x3``)
 @pytest.mark.parametrize("device", DEVICES)
-def test_compiled_inner_loop_meta_gradient_equals_eager_in_float64(device):
+def test_compiled_inner_loop_meta_gradient_equals_eager_in_float64(device, channels):
     from torch._dynamo.utils import counters
 
     # Vectorised over tasks, learned rates per layer and step, per-step batch norm; the same weights in both.
-    eager = agree.make_engine("batched", "per_layer_per_step", True, capture="none").to(device)
-    compiled = agree.make_engine("batched", "per_layer_per_step", True, capture="compile").to(device)
+    eager = agree.make_engine("batched", "per_layer_per_step", True, capture="none", channels=channels).to(device)
+    compiled = agree.make_engine("batched", "per_layer_per_step", True, capture="compile", channels=channels)
+    compiled = compiled.to(device)
     torch._dynamo.reset()  # the counts below are of this test's compiles, whatever compiled before
     counters.clear()
-    expected, ours = meta_gradient(eager, device), meta_gradient(compiled, device)
+    expected, ours = meta_gradient(eager, device, channels), meta_gradient(compiled, device, channels)
     agree.assert_close(ours, expected, f"compiled inner loop on {device}")
     assert counters["stats"]["unique_graphs"] == 2  # the inner loop and the query prediction, one graph each
     assert not counters["graph_break"]

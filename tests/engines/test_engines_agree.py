@@ -21,9 +21,11 @@ STEPS = 2
 LOSS = partial(EvidentialLoss(), eta=0.7)
 
 
-def make_engine(kind, lr_mode, per_step_bn, chunk_size=None, vectorize=True, capture="auto", compile_inner="loop"):
+def make_engine(
+    kind, lr_mode, per_step_bn, chunk_size=None, vectorize=True, capture="auto", compile_inner="loop", channels=2
+):
     torch.manual_seed(0)
-    net = ConvNet((2, 8, 8), WAYS, filters=3, blocks=2, bn_steps=STEPS + 1 if per_step_bn else 1).double()
+    net = ConvNet((channels, 8, 8), WAYS, filters=3, blocks=2, bn_steps=STEPS + 1 if per_step_bn else 1).double()
     if kind == "batched":
         engine = BatchedEngine(
             net,
@@ -47,11 +49,11 @@ def make_engine(kind, lr_mode, per_step_bn, chunk_size=None, vectorize=True, cap
     return engine
 
 
-def episode():
+def episode(channels=2):
     g = torch.Generator().manual_seed(1)
-    support_x = torch.randn(TASKS, WAYS * SHOTS, 2, 8, 8, generator=g, dtype=torch.float64)
+    support_x = torch.randn(TASKS, WAYS * SHOTS, channels, 8, 8, generator=g, dtype=torch.float64)
     support_y = torch.arange(WAYS).repeat(SHOTS).expand(TASKS, -1)
-    query_x = torch.randn(TASKS, QUERY_SETS, WAYS * QUERIES, 2, 8, 8, generator=g, dtype=torch.float64)
+    query_x = torch.randn(TASKS, QUERY_SETS, WAYS * QUERIES, channels, 8, 8, generator=g, dtype=torch.float64)
     query_y = torch.arange(WAYS).repeat(QUERIES).expand(TASKS, -1)
     return support_x, support_y, query_x, query_y
 
