@@ -11,7 +11,8 @@ every ``--block`` steps, around each validation and at the ends of training. It 
   left out (capture and compiling happen there);
 - each validation, and what follows it until the next step (the checkpoints);
 - the one-off costs (capturing graphs, compiling): the training time that the steady rates, the validations and
-  the checkpoints do not explain.
+  the checkpoints do not explain, split by where it fell: the first block, the block of the warm-up step (where
+  scoring starts), and the other blocks (their excess over the median: the host's noise).
 
 With ``--steps N`` shorter than the config's run, the full run is projected from those parts: the one-off costs,
 the steady rate of each phase times its steps in the full run, and the full run's validations. On CUDA the run
@@ -140,6 +141,32 @@ def steady_seconds(record: Record) -> dict[str, float | None]:
     return {phase: statistics.median(values) if values else None for phase, values in phases.items()}
 
 
+def one_off_parts(record: Record, warm: float | None, scoring: float | None) -> dict[str, float]:
+    """The one-off cost split by where it fell: before and in the first block (the first capture, loading or
+    compiling the inner loop), in the block that holds the warm-up step (the scoring pass's capture or compile), and
+    in every other block (the slow blocks' excess over the steady rates: the host's noise). The three add up to
+    ``project``'s ``one_off_s``."""
+    spent_after = {step: seconds for step, seconds in record.after_validations}
+    breaks = [(step, seconds + spent_after.get(step, 0.0)) for step, seconds in record.validations]
+    warm_rate, scoring_rate = warm or scoring or 0.0, scoring or warm or 0.0
+    parts = {"first_block_s": 0.0, "scoring_block_s": 0.0, "other_blocks_s": 0.0}
+    if record.marks:  # from the start of training to the first step: the loader's first batch
+        parts["first_block_s"] += record.marks[0][1] - record.train_start
+    for (first, start), (last, end) in zip(record.marks, record.marks[1:], strict=False):
+        if last <= first:
+            continue
+        inside = sum(seconds for step, seconds in breaks if first < step <= last)
+        warm_steps = max(0, min(last, record.warmup) - first)
+        excess = end - start - inside - warm_steps * warm_rate - (last - first - warm_steps) * scoring_rate
+        if first == record.marks[0][0]:
+            parts["first_block_s"] += excess
+        elif first <= record.warmup < last:
+            parts["scoring_block_s"] += excess
+        else:
+            parts["other_blocks_s"] += excess
+    return parts
+
+
 def validations_in(steps: float, val_interval: int, epoch_steps: float) -> int:
     """Validations of a run of ``steps`` steps that validates every ``val_interval`` steps of each epoch."""
     if not val_interval or math.isinf(steps):
@@ -196,6 +223,7 @@ def project(record: Record, full_steps: float, end: float) -> dict[str, float | 
         "validation_s": validation,
         "after_validation_s": after,
         "one_off_s": one_off,
+        **one_off_parts(record, warm, scoring),
         "end_s": end,
         "total_s": record.train_end + end,
         "full_steps": full_steps,
@@ -279,7 +307,9 @@ def _table(f: dict) -> str:
         ("steady ms a step: warm-up / scoring", f"{ms(f['warmup_step_ms'])} / {ms(f['scoring_step_ms'])}"),
         ("validations: count, s each, s after each (checkpoints)",
          f"{f['validations']}, {f['validation_s']:.3f}, {f['after_validation_s']:.3f}"),
-        ("one-off (capture, compiling)", f"{f['one_off_s']:.1f} s"),
+        ("one-off (capture, compiling): the first block / the one of the warm-up step / the other blocks' excess",
+         f"{f['one_off_s']:.1f} s: {f['first_block_s']:.1f} / {f['scoring_block_s']:.1f} / "
+         f"{f['other_blocks_s']:.1f} s"),
         ("end (after the last step: the summary, W&B's run ending)", f"{f['end_s']:.1f} s"),
         ("**measured, start to end**", f"**{f['total_s']:.1f} s**"),
         (f"**full run projected ({f['full_validations']} validations)**",

@@ -45,6 +45,22 @@ def test_the_full_run_is_projected_from_the_parts():
     assert figures["total_s"] == pytest.approx(record.train_end + 2.0)
 
 
+def test_the_one_off_cost_is_split_by_the_block_it_fell_in():
+    record = synthetic_run()
+    record.train_start = 9.5  # half a second from the start of training to the first step: the first block's
+    record.marks[3] = (record.marks[3][0], record.marks[3][1] + 0.25)  # block 200-300 ends 0.25 s later,
+    record.marks[4:] = [(step, time + 0.25) for step, time in record.marks[4:]]  # and every mark after it
+    record.marks[5] = (record.marks[5][0], record.marks[5][1] + 0.75)  # block 400-500 took 0.75 s too long,
+    record.marks[6] = (record.marks[6][0], record.marks[6][1] + 0.75)  # and the last block is shifted with it
+    record.train_end = record.marks[-1][1]
+    figures = whole_run.project(record, full_steps=1200, end=0.0)
+    assert figures["first_block_s"] == pytest.approx(5.5)
+    assert figures["scoring_block_s"] == pytest.approx(3.25)
+    assert figures["other_blocks_s"] == pytest.approx(0.75)
+    parts = figures["first_block_s"] + figures["scoring_block_s"] + figures["other_blocks_s"]
+    assert parts == pytest.approx(figures["one_off_s"])
+
+
 def test_a_run_without_steady_scoring_steps_is_refused():
     record = synthetic_run()
     record.marks = [mark for mark in record.marks if mark[0] <= 300]
