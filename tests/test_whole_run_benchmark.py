@@ -89,6 +89,8 @@ def test_a_tiny_quick_start_is_timed_and_projected(tmp_path, capsys):
     assert figures["validations"] == 2 and figures["full_validations"] == 4  # one validation an epoch
     assert figures["validation_s"] > 0 and figures["after_validation_s"] > 0
     assert 0 < figures["start_up_s"] < figures["total_s"] < figures["full_total_s"]
+    parts = figures["first_block_s"] + figures["scoring_block_s"] + figures["other_blocks_s"]
+    assert parts == pytest.approx(figures["one_off_s"])
     saved = json.loads(out.read_text())
     assert saved["record"]["marks"][0][0] == 0 and saved["record"]["marks"][-1][0] == 12
     assert "full run projected (4 validations)" in capsys.readouterr().out
