@@ -123,11 +123,16 @@ class PhaseTimer(Callback):
             self.record.marks.append((self.record.steps, self.record.train_end))
 
 
+def _breaks(record: Record) -> list[tuple[int, float]]:
+    """(step, seconds) of each validation with the checkpoints after it: time that belongs to no step."""
+    spent_after = {step: seconds for step, seconds in record.after_validations}
+    return [(step, seconds + spent_after.get(step, 0.0)) for step, seconds in record.validations]
+
+
 def steady_seconds(record: Record) -> dict[str, float | None]:
     """Median seconds per step of the blocks wholly before and wholly from the warm-up step, validations and the
     time after them (checkpoints) taken out, the first block of each phase left out. None: no such block."""
-    spent_after = {step: seconds for step, seconds in record.after_validations}
-    breaks = [(step, seconds + spent_after.get(step, 0.0)) for step, seconds in record.validations]
+    breaks = _breaks(record)
     phases: dict[str, list[float]] = {"warmup": [], "scoring": []}
     for (first, start), (last, end) in zip(record.marks, record.marks[1:], strict=False):
         if last <= first:
@@ -146,8 +151,7 @@ def one_off_parts(record: Record, warm: float | None, scoring: float | None) -> 
     compiling the inner loop), in the block that holds the warm-up step (the scoring pass's capture or compile), and
     in every other block (the slow blocks' excess over the steady rates: the host's noise). The three add up to
     ``project``'s ``one_off_s``."""
-    spent_after = {step: seconds for step, seconds in record.after_validations}
-    breaks = [(step, seconds + spent_after.get(step, 0.0)) for step, seconds in record.validations]
+    breaks = _breaks(record)
     warm_rate, scoring_rate = warm or scoring or 0.0, scoring or warm or 0.0
     parts = {"first_block_s": 0.0, "scoring_block_s": 0.0, "other_blocks_s": 0.0}
     if record.marks:  # from the start of training to the first step: the loader's first batch
