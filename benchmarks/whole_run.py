@@ -34,6 +34,7 @@ import json  # noqa: E402
 import math  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
 from dataclasses import asdict, dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -123,22 +124,22 @@ class PhaseTimer(Callback):
             self.record.marks.append((self.record.steps, self.record.train_end))
 
 
-def _breaks(record: Record) -> list[tuple[int, float]]:
-    """(step, seconds) of each validation with the checkpoints after it: time that belongs to no step."""
+def _blocks(record: Record) -> Iterator[tuple[int, int, float]]:
+    """``(first step, last step, seconds)`` of each block between two marks, less the validations and the checkpoints
+    after them that fell inside it (time that belongs to no step)."""
     spent_after = {step: seconds for step, seconds in record.after_validations}
-    return [(step, seconds + spent_after.get(step, 0.0)) for step, seconds in record.validations]
+    breaks = [(step, seconds + spent_after.get(step, 0.0)) for step, seconds in record.validations]
+    for (first, start), (last, end) in zip(record.marks, record.marks[1:], strict=False):
+        if last > first:
+            yield first, last, end - start - sum(seconds for step, seconds in breaks if first < step <= last)
 
 
 def steady_seconds(record: Record) -> dict[str, float | None]:
     """Median seconds per step of the blocks wholly before and wholly from the warm-up step, validations and the
     time after them (checkpoints) taken out, the first block of each phase left out. None: no such block."""
-    breaks = _breaks(record)
     phases: dict[str, list[float]] = {"warmup": [], "scoring": []}
-    for (first, start), (last, end) in zip(record.marks, record.marks[1:], strict=False):
-        if last <= first:
-            continue
-        inside = sum(seconds for step, seconds in breaks if first < step <= last)
-        per_step = (end - start - inside) / (last - first)
+    for first, last, seconds in _blocks(record):
+        per_step = seconds / (last - first)
         if last <= record.warmup and first > 0:
             phases["warmup"].append(per_step)
         elif first >= record.warmup and first != record.warmup:
@@ -146,22 +147,17 @@ def steady_seconds(record: Record) -> dict[str, float | None]:
     return {phase: statistics.median(values) if values else None for phase, values in phases.items()}
 
 
-def one_off_parts(record: Record, warm: float | None, scoring: float | None) -> dict[str, float]:
+def one_off_parts(record: Record, warm_rate: float, scoring_rate: float) -> dict[str, float]:
     """The one-off cost split by where it fell: before and in the first block (the first capture, loading or
     compiling the inner loop), in the block that holds the warm-up step (the scoring pass's capture or compile), and
-    in every other block (the slow blocks' excess over the steady rates: the host's noise). The three add up to
-    ``project``'s ``one_off_s``."""
-    breaks = _breaks(record)
-    warm_rate, scoring_rate = warm or scoring or 0.0, scoring or warm or 0.0
+    in every other block (the slow blocks' excess over the steady rates, seconds a step before and from the warm-up
+    step: the host's noise). The three add up to ``project``'s ``one_off_s``."""
     parts = {"first_block_s": 0.0, "scoring_block_s": 0.0, "other_blocks_s": 0.0}
     if record.marks:  # from the start of training to the first step: the loader's first batch
         parts["first_block_s"] += record.marks[0][1] - record.train_start
-    for (first, start), (last, end) in zip(record.marks, record.marks[1:], strict=False):
-        if last <= first:
-            continue
-        inside = sum(seconds for step, seconds in breaks if first < step <= last)
+    for first, last, seconds in _blocks(record):
         warm_steps = max(0, min(last, record.warmup) - first)
-        excess = end - start - inside - warm_steps * warm_rate - (last - first - warm_steps) * scoring_rate
+        excess = seconds - warm_steps * warm_rate - (last - first - warm_steps) * scoring_rate
         if first == record.marks[0][0]:
             parts["first_block_s"] += excess
         elif first <= record.warmup < last:
@@ -206,14 +202,16 @@ def project(record: Record, full_steps: float, end: float) -> dict[str, float | 
     after = statistics.median(s for _, s in record.after_validations) if record.after_validations else 0.0
     train = record.train_end - record.train_start
     warm_steps = min(record.warmup, record.steps)
-    steady_time = warm_steps * (warm or scoring or 0.0) + (record.steps - warm_steps) * (scoring or 0.0)
+    # A missing phase takes the other's rate (no scoring rate means no step from the warm-up step on: refused above).
+    warm_rate, scoring_rate = warm or scoring or 0.0, scoring or warm or 0.0
+    steady_time = warm_steps * warm_rate + (record.steps - warm_steps) * scoring_rate
     breaks = sum(s for _, s in record.validations) + sum(s for _, s in record.after_validations)
     one_off = train - steady_time - breaks
     full_warm = min(record.warmup, full_steps)
     full_train = (
         one_off
-        + full_warm * (warm or scoring or 0.0)
-        + (full_steps - full_warm) * (scoring or warm or 0.0)
+        + full_warm * warm_rate
+        + (full_steps - full_warm) * scoring_rate
         + full_validations * (validation + after)
     )
     return {
@@ -227,7 +225,7 @@ def project(record: Record, full_steps: float, end: float) -> dict[str, float | 
         "validation_s": validation,
         "after_validation_s": after,
         "one_off_s": one_off,
-        **one_off_parts(record, warm, scoring),
+        **one_off_parts(record, warm_rate, scoring_rate),
         "end_s": end,
         "total_s": record.train_end + end,
         "full_steps": full_steps,
