@@ -191,10 +191,11 @@ class CapturedStep:
         training loader (and so the run's length) is known without loading it early."""
         if not isinstance(self.engine, CapturingEngine) or self.engine.capture != "auto" or device.type != "cuda":
             return
-        steps = trainer.estimated_stepping_batches
-        short = trainer.world_size == 1 and WARM_COMPILE_MIN_STEPS <= steps < COMPILE_MIN_STEPS
-        warm = short and compiled_before()
-        if auto_capture(steps, trainer.world_size, warm) == "compile":
+        steps, world_size = trainer.estimated_stepping_batches, trainer.world_size
+        # The records are read only where they decide: a run that compiles, or does not, whatever they say is not warm.
+        decides = auto_capture(steps, world_size, compiled_before=True) != auto_capture(steps, world_size)
+        warm = decides and compiled_before()
+        if auto_capture(steps, world_size, warm) == "compile":
             rank_zero_info(
                 f"capture auto: compiling the inner loop for this run of {steps:,.0f} steps "
                 + (
