@@ -8,11 +8,13 @@ so the CPU case runs only with ``UNITS_LIGHTNING_COMPILE_TESTS=1``; the CUDA cas
 
 import importlib.util
 import os
+import types
 from pathlib import Path
 
 import pytest
 import torch
 
+from units_lightning.compile_cache import use_compile_cache
 from units_lightning.engines.base import inner_loop_parameters
 from units_lightning.engines.batched import AdaptedWeights
 from units_lightning.engines.build import build_engine
@@ -89,6 +91,62 @@ def test_the_step_by_step_loop_computes_what_the_unrolled_loop_does_in_float64(s
     for name in results["unrolled"][0]:
         torch.testing.assert_close(results["stepwise"][0][name], results["unrolled"][0][name], rtol=1e-12, atol=1e-14)
     agree.assert_close(results["stepwise"][1], results["unrolled"][1], "step-by-step loop")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_channels_last_layout_compiles_eagers_meta_gradient_in_float64(device, monkeypatch):
+    # compile_channels_last forces inductor's channels-last layout in every compiled graph (with cuDNN's benchmark,
+    # as configs/omniglot_20w1s.yaml pairs them): a layout, not other arithmetic, so eager's meta-gradient.
+    from torch._inductor.graph import GraphLowering
+
+    forced = []
+    decide = GraphLowering.decide_layout_opt
+
+    def spy(gm, *, is_inference):
+        forced.append(torch._inductor.config.force_layout_optimization)
+        return decide(gm, is_inference=is_inference)
+
+    monkeypatch.setattr(GraphLowering, "decide_layout_opt", staticmethod(spy))
+    use_compile_cache()  # once per process: its caches on; then off for this test, to lower the graphs here
+    monkeypatch.setattr(torch._inductor.config, "fx_graph_cache", False)
+    monkeypatch.setattr(torch._functorch.config, "enable_autograd_cache", False)
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
+    eager = agree.make_engine("batched", "per_layer_per_step", True, capture="none").to(device)
+    compiled = agree.make_engine("batched", "per_layer_per_step", True, capture="compile", compile_channels_last=True)
+    torch._dynamo.reset()  # compile here, not from the graphs of an earlier test in this process
+    expected, ours = meta_gradient(eager, device), meta_gradient(compiled.to(device), device)
+    agree.assert_close(ours, expected, f"channels-last compiled inner loop on {device}")
+    assert forced and all(forced)  # every graph lowered (forward and backward) had the layout forced
+
+
+def test_compile_channels_last_reaches_every_compiled_function_and_asks_for_cudnns_benchmark(monkeypatch):
+    options = {}
+
+    def record(function, **kwargs):
+        options[function.__name__] = kwargs.get("options")
+        return function
+
+    monkeypatch.setattr(torch, "compile", record)
+    for channels_last, expected in ((True, {"force_layout_optimization": True}), (False, None)):
+        options.clear()
+        engine = agree.make_engine(
+            "batched", "per_layer_per_step", True, capture="compile", compile_channels_last=channels_last
+        )
+        support_x, support_y, query_x, _ = agree.episode()
+        engine.compile_scoring = True  # the scoring pass (training, no gradient) compiles at its first call
+        with torch.no_grad():
+            engine.predict_sets(engine.adapt(support_x, support_y, agree.LOSS, agree.STEPS, False), query_x)
+        assert options == dict.fromkeys(["_adapt_all", "_predict_all", "_predict_sets", "_sets_per_task"], expected)
+    # On CUDA without cuDNN's benchmark (the layout alone was slower than neither) the engine says so, once.
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    engine = agree.make_engine("batched", "fixed", False, capture="compile", compile_channels_last=True)
+    engine.parameters = lambda: iter([types.SimpleNamespace(is_cuda=True)])
+    with pytest.warns(UserWarning, match="compile_channels_last without cuDNN's benchmark is slower"):
+        engine._check_layout()
+    with pytest.raises(ValueError, match="compile_channels_last must be True or False, got 'yes'"):
+        agree.make_engine("batched", "fixed", False, compile_channels_last="yes")
+    with pytest.raises(ValueError, match="compile_channels_last applies to the batched engine"):
+        build_engine(agree.make_engine("batched", "fixed", False).model, "learn2learn", compile_channels_last=True)
 
 
 def test_compile_inner_is_checked_and_belongs_to_the_batched_engine():

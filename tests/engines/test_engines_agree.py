@@ -22,7 +22,15 @@ LOSS = partial(EvidentialLoss(), eta=0.7)
 
 
 def make_engine(
-    kind, lr_mode, per_step_bn, chunk_size=None, vectorize=True, capture="auto", compile_inner="loop", channels=2
+    kind,
+    lr_mode,
+    per_step_bn,
+    chunk_size=None,
+    vectorize=True,
+    capture="auto",
+    compile_inner="loop",
+    channels=2,
+    compile_channels_last=False,
 ):
     torch.manual_seed(0)
     net = ConvNet((channels, 8, 8), WAYS, filters=3, blocks=2, bn_steps=STEPS + 1 if per_step_bn else 1).double()
@@ -36,6 +44,7 @@ def make_engine(
             capture=capture,
             vectorize=vectorize,
             compile_inner=compile_inner,
+            compile_channels_last=compile_channels_last,
         )
     else:
         engine = Learn2LearnEngine(net, 0.3, lr_mode, STEPS)

@@ -30,6 +30,7 @@ def build_engine(
     capture: Literal["auto", "none", "cuda_graph", "compile"] = "auto",
     compile_scoring: bool | Literal["auto"] = "auto",
     compile_inner: Literal["loop", "step"] = "loop",
+    compile_channels_last: bool = False,
 ) -> nn.Module:
     """``Learn2LearnEngine`` for ``engine="learn2learn"``, ``BatchedEngine`` for "auto" and "batched" (see
     ``UnitsMAML`` for the options), else ``engine(backbone)``: an engine class or factory, configured by its own
@@ -57,6 +58,8 @@ def build_engine(
             raise ValueError(f"capture={capture!r} applies to the batched engine: set model.engine=batched")
         if compile_inner != "loop":
             raise ValueError(f"compile_inner={compile_inner!r} applies to the batched engine: set model.engine=batched")
+        if compile_channels_last:
+            raise ValueError("compile_channels_last applies to the batched engine: set model.engine=batched")
         return Learn2LearnEngine(backbone, inner_lr, inner_lr_mode, inner_steps)
     return BatchedEngine(
         backbone,
@@ -67,4 +70,5 @@ def build_engine(
         capture,
         compile_scoring=compile_scoring,
         compile_inner=compile_inner,
+        compile_channels_last=compile_channels_last,
     )
