@@ -250,7 +250,7 @@ def test_compiled_scoring_is_used_for_training_scores_only(monkeypatch):
     adapted, query_x = _scoring_inputs(engine)
     with torch.no_grad():
         scored = engine.predict_sets(adapted, query_x)
-    assert calls == [{"dynamic": False}]
+    assert calls == [{"dynamic": False, "options": None}]
     expected = engine._predict_sets(adapted.fast, query_x, STEPS)
     torch.testing.assert_close(scored, expected.detach(), rtol=1e-12, atol=1e-14)
     engine.predict_sets(adapted, query_x)  # with gradient: eager
