@@ -42,6 +42,7 @@ __all__ = [
     "compiled_before",
     "record_compiled",
     "run_signature",
+    "sources_digest",
     "use_compile_cache",
 ]
 
@@ -132,7 +133,7 @@ def _described(value: Any) -> Any:
 
 
 @functools.cache
-def _sources_digest() -> str:
+def sources_digest() -> str:
     """sha256 of this package's Python sources: another version of the library traces other graphs."""
     digest = hashlib.sha256()
     package = Path(__file__).parent
@@ -152,7 +153,7 @@ def run_signature(parts: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     """
     import torch
 
-    description = {"torch": torch.__version__, "units_lightning_sources": _sources_digest()[:16], **_described(parts)}
+    description = {"torch": torch.__version__, "units_lightning_sources": sources_digest()[:16], **_described(parts)}
     text = json.dumps(description, sort_keys=True, default=repr)
     return hashlib.sha256(text.encode()).hexdigest()[:32], description
 

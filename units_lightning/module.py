@@ -98,7 +98,7 @@ class UnitsMAML(EpisodicEvaluation):
         engine: "batched" (every task at once with torch.func), "learn2learn" (one task at a time, the
             reference) or "auto" (batched), which compute the same meta-gradients (tests/engines); or an engine
             class (``class_path`` in a config) that takes the backbone, configured by its own arguments (the
-            options ``inner_lr`` to ``compile_channels_last`` here configure the named engines).
+            options ``inner_lr`` to ``compile_ahead`` here configure the named engines).
         chunk_size: tasks the batched engine vectorises at once (None: all); bounds evaluation memory.
         capture: speed-up of the batched engine's training steps: "auto" (on CUDA: "compile" for a run of at
             least ``COMPILE_MIN_STEPS`` steps on one GPU, or of ``WARM_COMPILE_MIN_STEPS`` where a fit of the
@@ -119,6 +119,9 @@ class UnitsMAML(EpisodicEvaluation):
         compile_channels_last: under "compile", inductor's channels-last layout forced for the compiled graphs;
             with ``trainer.benchmark: true`` 1.16-1.18x faster steps on ``omniglot_20w1s`` (an H200), slower without
             it; see ``BatchedEngine``.
+        compile_ahead: under "compile", keep each compiled function whole (its graphs and guards too) in the compile
+            cache, so that a later run loads it instead of tracing it again (``torch.compile(...).aot_compile``,
+            experimental in torch); see ``BatchedEngine``.
         score_precision: "float32" or "bfloat16" (autocast on CUDA) for scoring candidate query sets: a
             cheaper selection pass when query sets are large; it may reorder near-tied candidates.
         inner_steps: inner-loop gradient steps in training.
@@ -165,6 +168,7 @@ class UnitsMAML(EpisodicEvaluation):
         compile_scoring: bool | Literal["auto"] = "auto",
         compile_inner: Literal["loop", "step"] = "loop",
         compile_channels_last: bool = False,
+        compile_ahead: bool = False,
         score_precision: Literal["float32", "bfloat16"] = "float32",
         inner_steps: int = 5,
         eval_inner_steps: int | None = None,
@@ -203,6 +207,7 @@ class UnitsMAML(EpisodicEvaluation):
             compile_scoring,
             compile_inner,
             compile_channels_last,
+            compile_ahead,
         )
         self.loss = loss if loss is not None else EvidentialLoss()
         self.inner_loss = ScheduledInnerLoss(self.loss)

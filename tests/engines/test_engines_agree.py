@@ -31,6 +31,7 @@ def make_engine(
     compile_inner="loop",
     channels=2,
     compile_channels_last=False,
+    compile_ahead=False,
 ):
     torch.manual_seed(0)
     net = ConvNet((channels, 8, 8), WAYS, filters=3, blocks=2, bn_steps=STEPS + 1 if per_step_bn else 1).double()
@@ -45,6 +46,7 @@ def make_engine(
             vectorize=vectorize,
             compile_inner=compile_inner,
             compile_channels_last=compile_channels_last,
+            compile_ahead=compile_ahead,
         )
     else:
         engine = Learn2LearnEngine(net, 0.3, lr_mode, STEPS)

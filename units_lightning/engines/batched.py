@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
 from units_lightning.compile_cache import use_compile_cache
+from units_lightning.engines.ahead import AheadCompiled
 from units_lightning.engines.base import InnerLoss, accepts_step, inner_loop_parameters, per_step_slices
 from units_lightning.engines.cuda_graph import GraphedInference, GraphedInnerLoop, state_of
 from units_lightning.engines.inner_lr import InnerLearningRates, InnerLRMode
@@ -88,6 +89,10 @@ class BatchedEngine(nn.Module):
             (before / after selection starts) with both, 14.76 / 16.25 with neither, and 17.01 / 18.53 with the
             layout alone, which is why the engine warns once when it runs on CUDA without cuDNN's benchmark
             (docs/PERFORMANCE.md). The same meta-gradients in float64 (``tests/engines/test_compiled_inner_loop.py``).
+        compile_ahead: compile with ``torch.compile(...).aot_compile`` (experimental in torch) and keep each compiled
+            function whole (graphs, kernels and guards) in the compile cache, so that a later run on the machine loads
+            it instead of tracing it again (``units_lightning.engines.ahead``); falls back to plain compiling, after
+            one message, where torch cannot.
     """
 
     def __init__(
@@ -102,9 +107,13 @@ class BatchedEngine(nn.Module):
         compile_scoring: bool | Literal["auto"] = "auto",
         compile_inner: Literal["loop", "step"] = "loop",
         compile_channels_last: bool = False,
+        compile_ahead: bool = False,
     ):
         super().__init__()
-        if compile_channels_last not in (True, False):
+        if not isinstance(compile_ahead, bool):
+            raise ValueError(f"compile_ahead must be True or False, got {compile_ahead!r}")
+        self.compile_ahead = compile_ahead
+        if not isinstance(compile_channels_last, bool):
             raise ValueError(f"compile_channels_last must be True or False, got {compile_channels_last!r}")
         self.compile_channels_last = compile_channels_last
         self._layout_checked = False  # the pairing with cuDNN's benchmark, checked at the first compiled call
@@ -167,7 +176,8 @@ class BatchedEngine(nn.Module):
         first-order evaluation loop costs more than it saves (docs/PERFORMANCE.md). What it compiles is kept for the
         next run on this machine (``use_compile_cache``)."""
         use_compile_cache()
-        compiled = torch.compile(function, options=self._compile_options())
+        options = self._compile_options()
+        compiled = AheadCompiled(function, options) if self.compile_ahead else torch.compile(function, options=options)
 
         def run(*args: Any) -> Any:  # after a failure ``use_capture`` binds the uncompiled functions in its place
             if not self.training:
@@ -312,7 +322,12 @@ class BatchedEngine(nn.Module):
             # One task at a time, its query sets vectorised: plain (not grouped) convolutions, which the
             # compiler fuses with batch norm and pooling better than the nested vmap.
             use_compile_cache()
-            self._compiled_scoring = torch.compile(self._sets_per_task, dynamic=False, options=self._compile_options())
+            options = self._compile_options()
+            self._compiled_scoring = (
+                AheadCompiled(self._sets_per_task, options)
+                if self.compile_ahead
+                else torch.compile(self._sets_per_task, dynamic=False, options=options)
+            )
         try:
             return self._compiled_scoring(fast, query_x, adapted.steps)
         except Exception as error:  # noqa: BLE001 - any compiler failure falls back to the same eager function

@@ -31,6 +31,7 @@ def build_engine(
     compile_scoring: bool | Literal["auto"] = "auto",
     compile_inner: Literal["loop", "step"] = "loop",
     compile_channels_last: bool = False,
+    compile_ahead: bool = False,
 ) -> nn.Module:
     """``Learn2LearnEngine`` for ``engine="learn2learn"``, ``BatchedEngine`` for "auto" and "batched" (see
     ``UnitsMAML`` for the options), else ``engine(backbone)``: an engine class or factory, configured by its own
@@ -58,8 +59,9 @@ def build_engine(
             raise ValueError(f"capture={capture!r} applies to the batched engine: set model.engine=batched")
         if compile_inner != "loop":
             raise ValueError(f"compile_inner={compile_inner!r} applies to the batched engine: set model.engine=batched")
-        if compile_channels_last:
-            raise ValueError("compile_channels_last applies to the batched engine: set model.engine=batched")
+        for name, value in (("compile_channels_last", compile_channels_last), ("compile_ahead", compile_ahead)):
+            if value:
+                raise ValueError(f"{name} applies to the batched engine: set model.engine=batched")
         return Learn2LearnEngine(backbone, inner_lr, inner_lr_mode, inner_steps)
     return BatchedEngine(
         backbone,
@@ -71,4 +73,5 @@ def build_engine(
         compile_scoring=compile_scoring,
         compile_inner=compile_inner,
         compile_channels_last=compile_channels_last,
+        compile_ahead=compile_ahead,
     )

@@ -1,0 +1,111 @@
+"""``compile_ahead``: compiled functions saved whole in the compile cache and loaded by later runs without tracing.
+
+The float64 case compiles (about a minute on 2 CPU cores), so on the CPU it runs only with
+``UNITS_LIGHTNING_COMPILE_TESTS=1``, as ``test_compiled_inner_loop.py``.
+"""
+
+import importlib.util
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+
+from units_lightning.engines.ahead import AheadCompiled, ahead_folder
+from units_lightning.engines.base import inner_loop_parameters
+from units_lightning.engines.build import build_engine
+
+_here = Path(__file__)
+_spec = importlib.util.spec_from_file_location("compiled_inner_loop", _here.with_name("test_compiled_inner_loop.py"))
+compiled_loop = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(compiled_loop)
+agree, meta_gradient, DEVICES = compiled_loop.agree, compiled_loop.meta_gradient, compiled_loop.DEVICES
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_function_compiled_ahead_loads_without_tracing_and_gives_eagers_meta_gradient_in_float64(
+    device, tmp_path, monkeypatch
+):
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setenv("UNITS_LIGHTNING_COMPILE_CACHE", str(tmp_path))
+    monkeypatch.setattr("units_lightning.compile_cache._in_use", None)  # this test's folder, not the process's
+    eager = agree.make_engine("batched", "per_layer_per_step", True, capture="none").to(device)
+    expected = meta_gradient(eager, device)
+
+    def run():
+        engine = agree.make_engine("batched", "per_layer_per_step", True, capture="compile", compile_ahead=True)
+        engine = engine.to(device)
+        torch._dynamo.reset()
+        counters.clear()
+        return engine, meta_gradient(engine, device)
+
+    first, ours = run()  # compiles the inner loop and the query prediction ahead, and saves both
+    agree.assert_close(ours, expected, f"compiled ahead on {device}")
+    adapt, predict = first._compiled_adapt.compiled, first._compiled_predict.compiled
+    assert (adapt.compiled, adapt.loaded, predict.compiled, predict.loaded) == (1, 0, 1, 0)
+    folders = sorted(p.name.split("-")[0] for p in (tmp_path / "units-lightning-ahead").iterdir())
+    assert folders == ["_adapt_all", "_predict_all"]
+
+    second, ours = run()  # a later run (another engine): loads both, traces nothing
+    agree.assert_close(ours, expected, f"loaded ahead-compiled functions on {device}")
+    adapt, predict = second._compiled_adapt.compiled, second._compiled_predict.compiled
+    assert (adapt.compiled, adapt.loaded, predict.compiled, predict.loaded) == (0, 1, 0, 1)
+    assert not counters["stats"]["unique_graphs"]  # Dynamo traced no frame
+
+    # Inputs the saved guards reject (fewer tasks): a second artifact, compiled and saved beside the first.
+    support_x, support_y, _, _ = (t.to(device) for t in agree.episode())
+    second.adapt(support_x[:1], support_y[:1], agree.LOSS, agree.STEPS, create_graph=True)
+    assert (second._compiled_adapt.compiled.compiled, len(list(adapt.folder.glob("*.bin")))) == (1, 2)
+
+
+def test_where_torch_cannot_compile_ahead_it_compiles_as_usual_and_says_so_once(monkeypatch, tmp_path, caplog):
+    calls = []
+
+    class NoAhead:
+        def __init__(self, function):
+            self.function = function
+
+        def aot_compile(self, example):
+            raise RuntimeError("aot_compile is not enabled")
+
+        def __call__(self, *args):
+            calls.append(self.function.__name__)
+            return self.function(*args)
+
+    monkeypatch.setattr(torch, "compile", lambda function, **kwargs: NoAhead(function))
+    engine = agree.make_engine("batched", "per_layer_per_step", True, capture="none")
+    ahead = AheadCompiled(engine._adapt_all, None, tmp_path / "adapt")
+    support_x, support_y, _, _ = agree.episode()
+    slow = inner_loop_parameters(engine.model)
+    with caplog.at_level(logging.INFO):
+        for _ in range(2):
+            ahead(slow, support_x, support_y, agree.LOSS, agree.STEPS, True)
+    said = [r.getMessage() for r in caplog.records if "cannot be compiled ahead" in r.getMessage()]
+    assert len(said) == 1 and "RuntimeError: aot_compile is not enabled" in said[0]
+    assert calls == ["_adapt_all", "_adapt_all"] and ahead.fallback is not None
+    # A later run (a new AheadCompiled on the folder) compiles as usual at once: no second failed attempt.
+    later = AheadCompiled(engine._adapt_all, None, tmp_path / "adapt")
+    later(slow, support_x, support_y, agree.LOSS, agree.STEPS, True)
+    assert calls == ["_adapt_all"] * 3
+    assert len([r for r in caplog.records if "cannot be compiled" in r.getMessage()]) == 1
+    assert (tmp_path / "adapt" / "cannot-compile-ahead.txt").read_text() == "RuntimeError: aot_compile is not enabled\n"
+
+
+def test_a_damaged_artifact_is_skipped_and_the_folder_is_keyed_by_function_and_options(tmp_path, caplog, monkeypatch):
+    monkeypatch.setenv("UNITS_LIGHTNING_COMPILE_CACHE", str(tmp_path))
+    monkeypatch.setattr("units_lightning.compile_cache._in_use", None)
+    engine = agree.make_engine("batched", "fixed", False)
+    folder = ahead_folder(engine._adapt_all, None)
+    assert folder.parent == tmp_path / "units-lightning-ahead" and folder.name.startswith("_adapt_all-")
+    assert ahead_folder(engine._adapt_all, {"force_layout_optimization": True}) != folder
+    assert ahead_folder(engine._predict_all, None) != folder
+    folder.mkdir(parents=True)
+    (folder / "torn.bin").write_bytes(b"not a compiled function")
+    with caplog.at_level(logging.INFO):
+        assert AheadCompiled(engine._adapt_all)._load() == []
+    assert any(f"skipped {folder / 'torn.bin'}" in r.getMessage() for r in caplog.records)
+    with pytest.raises(ValueError, match="compile_ahead must be True or False, got 1"):
+        agree.make_engine("batched", "fixed", False, compile_ahead=1)
+    with pytest.raises(ValueError, match="compile_ahead applies to the batched engine"):
+        build_engine(engine.model, "learn2learn", compile_ahead=True)

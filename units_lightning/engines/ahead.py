@@ -1,0 +1,111 @@
+"""A compiled function saved whole and loaded in later runs without tracing it again (``compile_ahead``).
+
+``torch.compile`` keeps the kernels it built in its caches (``units_lightning.compile_cache``), but every new process
+still traces the function with Dynamo to find them: on an H200 most of a warm budget run's 7-17 s of one-off cost
+(docs/PERFORMANCE.md). ``torch.compile(...).aot_compile`` (experimental in torch) traces and compiles once and returns
+an artifact holding the graphs, the kernels and the guards that say which inputs it is valid for; saved, it loads
+in about a second. ``AheadCompiled`` keeps such artifacts per function in ``<compile cache>/units-lightning-ahead/``,
+answers a call with the first one whose guards accept the inputs, and compiles (and saves) a new one otherwise.
+Where torch cannot compile ahead (an older torch, a function it cannot serialise) it says so once, goes on with
+plain ``torch.compile`` and leaves a note in the folder, so that later runs do not try again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.pytorch.utilities import rank_zero_info
+
+from units_lightning.compile_cache import sources_digest, use_compile_cache
+
+__all__ = ["AheadCompiled", "ahead_folder"]
+
+_FOLDER = "units-lightning-ahead"
+_UNSUPPORTED = "cannot-compile-ahead.txt"  # written where compiling ahead failed: later runs do not try again
+
+
+def ahead_folder(function: Callable[..., Any], options: dict[str, Any] | None) -> Path:
+    """Where the artifacts of ``function`` (a bound method) live: one folder per function, torch version, package
+    sources and compile options, inside the compile cache; the guards of each artifact tell its inputs apart."""
+    key = repr((function.__qualname__, torch.__version__, sources_digest(), sorted((options or {}).items())))
+    return use_compile_cache() / _FOLDER / f"{function.__name__}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
+class AheadCompiled:
+    """``function`` (a bound method of the engine) compiled ahead of time, its artifacts saved and loaded.
+
+    Args:
+        function: the bound method to compile; its instance is passed to the artifacts as their first argument.
+        options: Inductor's options, as for ``torch.compile``.
+        folder: where its artifacts are kept (default ``ahead_folder``, found at the first call).
+    """
+
+    def __init__(self, function: Callable[..., Any], options: dict[str, Any] | None = None, folder: Path | None = None):
+        self.function = function
+        self.options = options
+        self.folder = folder
+        self.artifacts: list[Any] | None = None  # loaded at the first call
+        self.fallback: Callable[..., Any] | None = None  # plain torch.compile, where compiling ahead failed
+        self.loaded = self.compiled = 0  # how many artifacts came from disk, and were compiled here
+
+    def __call__(self, *args: Any) -> Any:
+        if self.artifacts is None:
+            self.artifacts = self._load()
+        if self.fallback is not None:
+            return self.fallback(*args)
+        owner = self.function.__self__  # type: ignore[attr-defined]
+        for artifact in self.artifacts:
+            if artifact.guard_check(owner, *args):
+                return artifact(owner, *args)
+        try:
+            compiling = torch.compile(self.function, fullgraph=True, options=self.options)
+            artifact = compiling.aot_compile((args, {}))
+        except Exception as error:  # noqa: BLE001 - any failure to compile ahead leaves plain torch.compile
+            reason = f"{type(error).__name__}: {error}"
+            rank_zero_info(
+                f"compile ahead: {self.function.__name__} cannot be compiled ahead here ({reason}); it compiles as "
+                f"usual, traced again in every run (delete {self.folder} to try again)"
+            )
+            self._unsupported(reason)
+            self.fallback = torch.compile(self.function, options=self.options)
+            return self.fallback(*args)
+        self._save(artifact)
+        self.artifacts.append(artifact)
+        self.compiled += 1
+        return artifact(owner, *args)
+
+    def _unsupported(self, reason: str) -> None:
+        """Remember on disk that compiling ahead failed, so that later runs compile as usual without trying again
+        (a failed attempt traces the function once more)."""
+        assert self.folder is not None
+        self.folder.mkdir(parents=True, exist_ok=True)
+        (self.folder / _UNSUPPORTED).write_text(reason + "\n")
+
+    def _load(self) -> list[Any]:
+        if self.folder is None:
+            self.folder = ahead_folder(self.function, self.options)
+        if (self.folder / _UNSUPPORTED).exists():
+            self.fallback = torch.compile(self.function, options=self.options)
+            return []
+        artifacts = []
+        for path in sorted(self.folder.glob("*.bin")):
+            try:
+                with path.open("rb") as file:
+                    artifacts.append(torch.compiler.load_compiled_function(file))
+            except Exception as error:  # noqa: BLE001 - a stale or damaged artifact is skipped, not fatal
+                rank_zero_info(f"compile ahead: skipped {path} ({type(error).__name__}: {error})")
+        self.loaded = len(artifacts)
+        return artifacts
+
+    def _save(self, artifact: Any) -> None:
+        assert self.folder is not None  # set by _load, before any compile
+        self.folder.mkdir(parents=True, exist_ok=True)
+        try:  # a unique name: the ranks of a data-parallel run may save at once; each file is written atomically
+            artifact.save_compiled_function(str(self.folder / f"{uuid.uuid4().hex}.bin"))
+        except Exception as error:  # noqa: BLE001 - an unsaved artifact still serves this run
+            rank_zero_info(f"compile ahead: could not save {self.function.__name__} ({type(error).__name__}: {error})")
