@@ -105,6 +105,12 @@ def test_a_damaged_artifact_is_skipped_and_the_folder_is_keyed_by_function_and_o
     with caplog.at_level(logging.INFO):
         assert AheadCompiled(engine._adapt_all)._load() == []
     assert any(f"skipped {folder / 'torn.bin'}" in r.getMessage() for r in caplog.records)
+    monkeypatch.setattr("units_lightning.engines.ahead.MAX_ARTIFACTS", 1)
+    (folder / "kept.bin").write_bytes(b"")
+    with caplog.at_level(logging.INFO):
+        AheadCompiled(engine._adapt_all, None, folder)._save(object())  # a full folder: nothing saved, and it says so
+    assert sorted(p.name for p in folder.iterdir()) == ["kept.bin", "torn.bin"]
+    assert any("holds 1 artifacts already" in r.getMessage() for r in caplog.records)
     with pytest.raises(ValueError, match="compile_ahead must be True or False, got 1"):
         agree.make_engine("batched", "fixed", False, compile_ahead=1)
     with pytest.raises(ValueError, match="compile_ahead applies to the batched engine"):

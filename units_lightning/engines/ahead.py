@@ -1,13 +1,14 @@
 """A compiled function saved whole and loaded in later runs without tracing it again (``compile_ahead``).
 
-``torch.compile`` keeps the kernels it built in its caches (``units_lightning.compile_cache``), but every new process
-still traces the function with Dynamo to find them: on an H200 most of a warm budget run's 7-17 s of one-off cost
-(docs/PERFORMANCE.md). ``torch.compile(...).aot_compile`` (experimental in torch) traces and compiles once and returns
-an artifact holding the graphs, the kernels and the guards that say which inputs it is valid for; saved, it loads
-in about a second. ``AheadCompiled`` keeps such artifacts per function in ``<compile cache>/units-lightning-ahead/``,
-answers a call with the first one whose guards accept the inputs, and compiles (and saves) a new one otherwise.
-Where torch cannot compile ahead (an older torch, a function it cannot serialise) it says so once, goes on with
-plain ``torch.compile`` and leaves a note in the folder, so that later runs do not try again.
+``torch.compile`` keeps the kernels it built in its caches (``units_lightning.compile_cache``), but every new
+process still traces the function with Dynamo to find them: on the CPU most of a warm start's compile time; a warm
+budget run on an H200 spends 7-17 s of one-off cost (docs/PERFORMANCE.md). ``torch.compile(...).aot_compile``
+(experimental in torch) traces and compiles once and returns an artifact holding the graphs, the kernels and the
+guards that say which inputs it is valid for; saved, it loads in about a second. ``AheadCompiled`` keeps such
+artifacts per function in ``<compile cache>/units-lightning-ahead/``, answers a call with the first one whose guards
+accept the inputs, and compiles (and saves) a new one otherwise. Where torch cannot compile ahead (an older torch, a
+function it cannot serialise) it says so once, goes on with plain ``torch.compile`` and leaves a note in the folder,
+so that later runs do not try again.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ __all__ = ["AheadCompiled", "ahead_folder"]
 
 _FOLDER = "units-lightning-ahead"
 _UNSUPPORTED = "cannot-compile-ahead.txt"  # written where compiling ahead failed: later runs do not try again
+MAX_ARTIFACTS = 8  # per function: inputs that change from run to run must not fill the disk (about 9 MB each)
 
 
 def ahead_folder(function: Callable[..., Any], options: dict[str, Any] | None) -> Path:
@@ -105,6 +107,12 @@ class AheadCompiled:
     def _save(self, artifact: Any) -> None:
         assert self.folder is not None  # set by _load, before any compile
         self.folder.mkdir(parents=True, exist_ok=True)
+        if len(list(self.folder.glob("*.bin"))) >= MAX_ARTIFACTS:
+            rank_zero_info(
+                f"compile ahead: {self.folder} holds {MAX_ARTIFACTS} artifacts already; this one serves this run only "
+                "(inputs that differ from run to run? delete the folder to start again)"
+            )
+            return
         try:  # a unique name: the ranks of a data-parallel run may save at once; each file is written atomically
             artifact.save_compiled_function(str(self.folder / f"{uuid.uuid4().hex}.bin"))
         except Exception as error:  # noqa: BLE001 - an unsaved artifact still serves this run
