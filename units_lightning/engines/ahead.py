@@ -45,12 +45,20 @@ class AheadCompiled:
         function: the bound method to compile; its instance is passed to the artifacts as their first argument.
         options: Inductor's options, as for ``torch.compile``.
         folder: where its artifacts are kept (default ``ahead_folder``, found at the first call).
+        dynamic: ``torch.compile``'s ``dynamic``, for the artifacts and for plain compiling alike.
     """
 
-    def __init__(self, function: Callable[..., Any], options: dict[str, Any] | None = None, folder: Path | None = None):
+    def __init__(
+        self,
+        function: Callable[..., Any],
+        options: dict[str, Any] | None = None,
+        folder: Path | None = None,
+        dynamic: bool | None = None,
+    ):
         self.function = function
         self.options = options
         self.folder = folder
+        self.dynamic = dynamic
         self.artifacts: list[Any] | None = None  # loaded at the first call
         self.fallback: Callable[..., Any] | None = None  # plain torch.compile, where compiling ahead failed
         self.loaded = self.compiled = 0  # how many artifacts came from disk, and were compiled here
@@ -65,7 +73,7 @@ class AheadCompiled:
             if artifact.guard_check(owner, *args):
                 return artifact(owner, *args)
         try:
-            compiling = torch.compile(self.function, fullgraph=True, options=self.options)
+            compiling = torch.compile(self.function, fullgraph=True, dynamic=self.dynamic, options=self.options)
             artifact = compiling.aot_compile((args, {}))
         except Exception as error:  # noqa: BLE001 - any failure to compile ahead leaves plain torch.compile
             reason = f"{type(error).__name__}: {error}"
@@ -74,12 +82,16 @@ class AheadCompiled:
                 f"usual, traced again in every run (delete {self.folder} to try again)"
             )
             self._unsupported(reason)
-            self.fallback = torch.compile(self.function, options=self.options)
+            self.fallback = self._plain()
             return self.fallback(*args)
         self._save(artifact)
         self.artifacts.append(artifact)
         self.compiled += 1
         return artifact(owner, *args)
+
+    def _plain(self) -> Callable[..., Any]:
+        """Plain ``torch.compile``, where this function cannot be compiled ahead."""
+        return torch.compile(self.function, dynamic=self.dynamic, options=self.options)
 
     def _unsupported(self, reason: str) -> None:
         """Remember on disk that compiling ahead failed, so that later runs compile as usual without trying again
@@ -92,7 +104,7 @@ class AheadCompiled:
         if self.folder is None:
             self.folder = ahead_folder(self.function, self.options)
         if (self.folder / _UNSUPPORTED).exists():
-            self.fallback = torch.compile(self.function, options=self.options)
+            self.fallback = self._plain()
             return []
         artifacts = []
         for path in sorted(self.folder.glob("*.bin")):

@@ -110,12 +110,11 @@ class BatchedEngine(nn.Module):
         compile_ahead: bool = False,
     ):
         super().__init__()
-        if not isinstance(compile_ahead, bool):
-            raise ValueError(f"compile_ahead must be True or False, got {compile_ahead!r}")
-        self.compile_ahead = compile_ahead
-        if not isinstance(compile_channels_last, bool):
-            raise ValueError(f"compile_channels_last must be True or False, got {compile_channels_last!r}")
+        for name, value in (("compile_channels_last", compile_channels_last), ("compile_ahead", compile_ahead)):
+            if not isinstance(value, bool):
+                raise ValueError(f"{name} must be True or False, got {value!r}")
         self.compile_channels_last = compile_channels_last
+        self.compile_ahead = compile_ahead
         self._layout_checked = False  # the pairing with cuDNN's benchmark, checked at the first compiled call
         if compile_inner not in ("loop", "step"):
             raise ValueError(f"compile_inner must be 'loop' or 'step', got {compile_inner!r}")
@@ -175,9 +174,7 @@ class BatchedEngine(nn.Module):
         compiler rejects. In eval mode (validation, test, predict) ``function`` runs uncompiled: compiling the
         first-order evaluation loop costs more than it saves (docs/PERFORMANCE.md). What it compiles is kept for the
         next run on this machine (``use_compile_cache``)."""
-        use_compile_cache()
-        options = self._compile_options()
-        compiled = AheadCompiled(function, options) if self.compile_ahead else torch.compile(function, options=options)
+        compiled = self._compile(function)
 
         def run(*args: Any) -> Any:  # after a failure ``use_capture`` binds the uncompiled functions in its place
             if not self.training:
@@ -197,9 +194,14 @@ class BatchedEngine(nn.Module):
         run.compiled = compiled  # type: ignore[attr-defined]
         return run
 
-    def _compile_options(self) -> dict[str, Any] | None:
-        """Inductor's options for ``torch.compile``: the channels-last layout forced under ``compile_channels_last``."""
-        return {"force_layout_optimization": True} if self.compile_channels_last else None
+    def _compile(self, function: Any, dynamic: bool | None = None) -> Any:
+        """``torch.compile(function)`` with the engine's options: the channels-last layout forced under
+        ``compile_channels_last``, saved and loaded whole under ``compile_ahead``; into the lasting compile cache."""
+        use_compile_cache()
+        options = {"force_layout_optimization": True} if self.compile_channels_last else None
+        if self.compile_ahead:
+            return AheadCompiled(function, options, dynamic=dynamic)
+        return torch.compile(function, dynamic=dynamic, options=options)
 
     def _check_layout(self) -> None:
         """Warn once where ``compile_channels_last`` runs on CUDA without cuDNN's benchmark, which made it slower."""
@@ -321,13 +323,7 @@ class BatchedEngine(nn.Module):
         if self._compiled_scoring is None:
             # One task at a time, its query sets vectorised: plain (not grouped) convolutions, which the
             # compiler fuses with batch norm and pooling better than the nested vmap.
-            use_compile_cache()
-            options = self._compile_options()
-            self._compiled_scoring = (
-                AheadCompiled(self._sets_per_task, options)
-                if self.compile_ahead
-                else torch.compile(self._sets_per_task, dynamic=False, options=options)
-            )
+            self._compiled_scoring = self._compile(self._sets_per_task, dynamic=False)
         try:
             return self._compiled_scoring(fast, query_x, adapted.steps)
         except Exception as error:  # noqa: BLE001 - any compiler failure falls back to the same eager function
