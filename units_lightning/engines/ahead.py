@@ -3,12 +3,12 @@
 ``torch.compile`` keeps the kernels it built in its caches (``units_lightning.compile_cache``), but every new
 process still traces the function with Dynamo to find them: on the CPU most of a warm start's compile time; a warm
 budget run on an H200 spends 7-17 s of one-off cost (docs/PERFORMANCE.md). ``torch.compile(...).aot_compile``
-(experimental in torch) traces and compiles once and returns an artifact holding the graphs, the kernels and the
-guards that say which inputs it is valid for; saved, it loads in about a second. ``AheadCompiled`` keeps such
-artifacts per function in ``<compile cache>/units-lightning-ahead/``, answers a call with the first one whose guards
-accept the inputs, and compiles (and saves) a new one otherwise. Where torch cannot compile ahead (an older torch, a
-function it cannot serialise) it says so once, goes on with plain ``torch.compile`` and leaves a note in the folder,
-so that later runs do not try again.
+(experimental; torch 2.14 has it, torch 2.11 has not) traces and compiles once and returns an artifact holding the
+graphs, the kernels and the guards that say which inputs it is valid for; saved, it loads in about a second.
+``AheadCompiled`` keeps such artifacts per function in ``<compile cache>/units-lightning-ahead/``, answers a call with
+the first one whose guards accept the inputs, and compiles (and saves) a new one otherwise. Where torch cannot compile
+ahead (a torch without ``aot_compile``, a function it cannot serialise) it says so once, goes on with plain
+``torch.compile`` and leaves a note in the folder, so that later runs do not try again.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ __all__ = ["AheadCompiled", "ahead_folder"]
 
 _FOLDER = "units-lightning-ahead"
 _UNSUPPORTED = "cannot-compile-ahead.txt"  # written where compiling ahead failed: later runs do not try again
+_SINCE = "torch 2.14 has it"  # the H200 image's torch 2.11 has not (docs/PERFORMANCE.md)
 MAX_ARTIFACTS = 8  # per function: inputs that change from run to run must not fill the disk (about 9 MB each)
 
 
@@ -72,22 +73,27 @@ class AheadCompiled:
         for artifact in self.artifacts:
             if artifact.guard_check(owner, *args):
                 return artifact(owner, *args)
+        compiling = torch.compile(self.function, fullgraph=True, dynamic=self.dynamic, options=self.options)
+        if not hasattr(compiling, "aot_compile"):
+            return self._give_up(f"torch {torch.__version__} has no torch.compile(...).aot_compile; {_SINCE}", args)
         try:
-            compiling = torch.compile(self.function, fullgraph=True, dynamic=self.dynamic, options=self.options)
             artifact = compiling.aot_compile((args, {}))
         except Exception as error:  # noqa: BLE001 - any failure to compile ahead leaves plain torch.compile
-            reason = f"{type(error).__name__}: {error}"
-            rank_zero_info(
-                f"compile ahead: {self.function.__name__} cannot be compiled ahead here ({reason}); it compiles as "
-                f"usual, traced again in every run (delete {self.folder} to try again)"
-            )
-            self._unsupported(reason)
-            self.fallback = self._plain()
-            return self.fallback(*args)
+            return self._give_up(f"{type(error).__name__}: {error}", args)
         self._save(artifact)
         self.artifacts.append(artifact)
         self.compiled += 1
         return artifact(owner, *args)
+
+    def _give_up(self, reason: str, args: tuple[Any, ...]) -> Any:
+        """Say once why this function cannot be compiled ahead, remember it on disk, and answer with plain compiling."""
+        rank_zero_info(
+            f"compile ahead: {self.function.__name__} cannot be compiled ahead here ({reason}); it compiles as "
+            f"usual, traced again in every run (delete {self.folder} to try again)"
+        )
+        self._unsupported(reason)
+        self.fallback = self._plain()
+        return self.fallback(*args)
 
     def _plain(self) -> Callable[..., Any]:
         """Plain ``torch.compile``, where this function cannot be compiled ahead."""
