@@ -83,7 +83,7 @@ class _Failing(_Compiled):
     "compiled, reason",
     [
         (_Failing, "RuntimeError: aot_compile is not enabled"),
-        (_Compiled, f"torch {torch.__version__} has no torch.compile(...).aot_compile; torch 2.14 has it"),
+        (_Compiled, f"torch {torch.__version__} has no torch.compile(...).aot_compile"),
     ],
     ids=["aot_compile-fails", "no-aot_compile"],
 )
@@ -134,3 +134,45 @@ def test_a_damaged_artifact_is_skipped_and_the_folder_is_keyed_by_function_and_o
         agree.make_engine("batched", "fixed", False, compile_ahead=1)
     with pytest.raises(ValueError, match="compile_ahead applies to the batched engine"):
         build_engine(engine.model, "learn2learn", compile_ahead=True)
+
+
+def test_dynamos_aot_compile_switch_is_on_while_it_compiles_saves_and_loads_and_restored_after(monkeypatch, tmp_path):
+    # torch before 2.14 has torch._dynamo.config.enable_aot_compile off: its torch.compile then gives no aot_compile
+    import torch._dynamo
+
+    if not hasattr(torch._dynamo.config, "enable_aot_compile"):
+        pytest.skip(f"torch {torch.__version__} has no torch._dynamo.config.enable_aot_compile")
+    monkeypatch.setattr(torch._dynamo.config, "enable_aot_compile", False)
+    seen = []
+
+    class Artifact:
+        def guard_check(self, owner, *args):
+            return True
+
+        def __call__(self, owner, *args):
+            return "ran"
+
+        def save_compiled_function(self, path):
+            seen.append(("save", torch._dynamo.config.enable_aot_compile))
+            Path(path).write_bytes(b"artifact")
+
+    class Compiled(_Compiled):
+        def __init__(self, function):
+            super().__init__(function)
+            seen.append(("compile", torch._dynamo.config.enable_aot_compile))
+
+        def aot_compile(self, example):
+            seen.append(("aot_compile", torch._dynamo.config.enable_aot_compile))
+            return Artifact()
+
+    def load(file):
+        seen.append(("load", torch._dynamo.config.enable_aot_compile))
+        return Artifact()
+
+    monkeypatch.setattr(torch, "compile", lambda function, **kwargs: Compiled(function))
+    monkeypatch.setattr(torch.compiler, "load_compiled_function", load)
+    engine = agree.make_engine("batched", "fixed", False, capture="none")
+    assert AheadCompiled(engine._adapt_all, None, tmp_path)("x") == "ran"  # compiles ahead and saves
+    assert AheadCompiled(engine._adapt_all, None, tmp_path)("x") == "ran"  # a later run loads it
+    assert seen == [("compile", True), ("aot_compile", True), ("save", True), ("load", True)]
+    assert torch._dynamo.config.enable_aot_compile is False

@@ -3,16 +3,19 @@
 ``torch.compile`` keeps the kernels it built in its caches (``units_lightning.compile_cache``), but every new
 process still traces the function with Dynamo to find them: on the CPU most of a warm start's compile time; a warm
 budget run on an H200 spends 7-17 s of one-off cost (docs/PERFORMANCE.md). ``torch.compile(...).aot_compile``
-(experimental; torch 2.14 has it, torch 2.11 has not) traces and compiles once and returns an artifact holding the
-graphs, the kernels and the guards that say which inputs it is valid for; saved, it loads in about a second.
-``AheadCompiled`` keeps such artifacts per function in ``<compile cache>/units-lightning-ahead/``, answers a call with
-the first one whose guards accept the inputs, and compiles (and saves) a new one otherwise. Where torch cannot compile
-ahead (a torch without ``aot_compile``, a function it cannot serialise) it says so once, goes on with plain
-``torch.compile`` and leaves a note in the folder, so that later runs do not try again.
+(experimental: on by default in torch 2.14; in older versions behind ``torch._dynamo.config.enable_aot_compile``,
+which this module turns on while it compiles and loads: torch 2.11 gave no ``aot_compile`` without it) traces and
+compiles once and returns an artifact holding the graphs, the kernels and the guards that say which inputs it is valid
+for; saved, it loads in about a second. ``AheadCompiled`` keeps such artifacts per function in
+``<compile cache>/units-lightning-ahead/``, answers a call with the first one whose guards accept the inputs, and
+compiles (and saves) a new one otherwise. Where torch cannot compile ahead (a torch without ``aot_compile``, a
+function it cannot serialise) it says so once, goes on with plain ``torch.compile`` and leaves a note in the folder,
+so that later runs do not try again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import uuid
 from collections.abc import Callable
@@ -24,12 +27,22 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from units_lightning.compile_cache import sources_digest, use_compile_cache
 
-__all__ = ["AheadCompiled", "ahead_folder"]
+__all__ = ["AheadCompiled", "ahead_folder", "aot_compile_enabled"]
 
 _FOLDER = "units-lightning-ahead"
 _UNSUPPORTED = "cannot-compile-ahead.txt"  # written where compiling ahead failed: later runs do not try again
-_SINCE = "torch 2.14 has it"  # the H200 image's torch 2.11 has not (docs/PERFORMANCE.md)
 MAX_ARTIFACTS = 8  # per function: inputs that change from run to run must not fill the disk (about 9 MB each)
+
+
+def aot_compile_enabled() -> contextlib.AbstractContextManager[Any]:
+    """Dynamo's switch for ``aot_compile`` turned on. torch 2.14 has it on; older versions have it off, and their
+    ``torch.compile`` gives its result no ``aot_compile`` unless the switch is on while it wraps the function."""
+    import torch._dynamo  # noqa: PLC0415 - loaded by the first compile anyway
+
+    config = torch._dynamo.config
+    if hasattr(config, "enable_aot_compile"):
+        return config.patch(enable_aot_compile=True)
+    return contextlib.nullcontext()
 
 
 def ahead_folder(function: Callable[..., Any], options: dict[str, Any] | None) -> Path:
@@ -73,13 +86,16 @@ class AheadCompiled:
         for artifact in self.artifacts:
             if artifact.guard_check(owner, *args):
                 return artifact(owner, *args)
-        compiling = torch.compile(self.function, fullgraph=True, dynamic=self.dynamic, options=self.options)
-        if not hasattr(compiling, "aot_compile"):
-            return self._give_up(f"torch {torch.__version__} has no torch.compile(...).aot_compile; {_SINCE}", args)
-        try:
-            artifact = compiling.aot_compile((args, {}))
-        except Exception as error:  # noqa: BLE001 - any failure to compile ahead leaves plain torch.compile
-            return self._give_up(f"{type(error).__name__}: {error}", args)
+        artifact, reason = None, f"torch {torch.__version__} has no torch.compile(...).aot_compile"
+        with aot_compile_enabled():
+            compiling = torch.compile(self.function, fullgraph=True, dynamic=self.dynamic, options=self.options)
+            if hasattr(compiling, "aot_compile"):
+                try:
+                    artifact = compiling.aot_compile((args, {}))
+                except Exception as error:  # noqa: BLE001 - any failure to compile ahead leaves plain torch.compile
+                    reason = f"{type(error).__name__}: {error}"
+        if artifact is None:
+            return self._give_up(reason, args)
         self._save(artifact)
         self.artifacts.append(artifact)
         self.compiled += 1
@@ -115,7 +131,7 @@ class AheadCompiled:
         artifacts = []
         for path in sorted(self.folder.glob("*.bin")):
             try:
-                with path.open("rb") as file:
+                with path.open("rb") as file, aot_compile_enabled():
                     artifacts.append(torch.compiler.load_compiled_function(file))
             except Exception as error:  # noqa: BLE001 - a stale or damaged artifact is skipped, not fatal
                 rank_zero_info(f"compile ahead: skipped {path} ({type(error).__name__}: {error})")
@@ -132,6 +148,7 @@ class AheadCompiled:
             )
             return
         try:  # a unique name: the ranks of a data-parallel run may save at once; each file is written atomically
-            artifact.save_compiled_function(str(self.folder / f"{uuid.uuid4().hex}.bin"))
+            with aot_compile_enabled():
+                artifact.save_compiled_function(str(self.folder / f"{uuid.uuid4().hex}.bin"))
         except Exception as error:  # noqa: BLE001 - an unsaved artifact still serves this run
             rank_zero_info(f"compile ahead: could not save {self.function.__name__} ({type(error).__name__}: {error})")
