@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from units_lightning.engines.ahead import AheadCompiled, ahead_folder
+from units_lightning.engines.ahead import AheadCompiled, ahead_folder, aot_compile_enabled
 from units_lightning.engines.base import inner_loop_parameters
 from units_lightning.engines.build import build_engine
 
@@ -28,7 +28,9 @@ def test_a_function_compiled_ahead_loads_without_tracing_and_gives_eagers_meta_g
 ):
     from torch._dynamo.utils import counters
 
-    if not hasattr(torch.compile(lambda x: x), "aot_compile"):
+    with aot_compile_enabled():  # as the engine compiles: Dynamo's switch on (off by default before torch 2.14)
+        can_compile_ahead = hasattr(torch.compile(lambda x: x), "aot_compile")
+    if not can_compile_ahead:
         pytest.skip(f"torch {torch.__version__} has no torch.compile(...).aot_compile: compile_ahead compiles as usual")
     monkeypatch.setenv("UNITS_LIGHTNING_COMPILE_CACHE", str(tmp_path))
     monkeypatch.setattr("units_lightning.compile_cache._in_use", None)  # this test's folder, not the process's

@@ -89,7 +89,8 @@ class BatchedEngine(nn.Module):
             (before / after selection starts) with both, 14.76 / 16.25 with neither, and 17.01 / 18.53 with the
             layout alone, which is why the engine warns once when it runs on CUDA without cuDNN's benchmark
             (docs/PERFORMANCE.md). The same meta-gradients in float64 (``tests/engines/test_compiled_inner_loop.py``).
-        compile_ahead: compile with ``torch.compile(...).aot_compile`` (experimental in torch) and keep each compiled
+        compile_ahead: compile with ``torch.compile(...).aot_compile`` (experimental in torch; Dynamo's
+            ``enable_aot_compile`` switch, off before torch 2.14, is turned on while it runs) and keep each compiled
             function whole (graphs, kernels and guards) in the compile cache, so that a later run on the machine loads
             it instead of tracing it again (``units_lightning.engines.ahead``); falls back to plain compiling, after
             one message, where torch cannot.
