@@ -28,7 +28,7 @@ def test_a_function_compiled_ahead_loads_without_tracing_and_gives_eagers_meta_g
 ):
     from torch._dynamo.utils import counters
 
-    with aot_compile_enabled():  # as the engine compiles: Dynamo's switch on (off by default before torch 2.14)
+    with aot_compile_enabled():  # as the engine compiles: Dynamo's switch on (off by default in older torch)
         can_compile_ahead = hasattr(torch.compile(lambda x: x), "aot_compile")
     if not can_compile_ahead:
         pytest.skip(f"torch {torch.__version__} has no torch.compile(...).aot_compile: compile_ahead compiles as usual")
@@ -139,7 +139,7 @@ def test_a_damaged_artifact_is_skipped_and_the_folder_is_keyed_by_function_and_o
 
 
 def test_dynamos_aot_compile_switch_is_on_while_it_compiles_saves_and_loads_and_restored_after(monkeypatch, tmp_path):
-    # torch before 2.14 has torch._dynamo.config.enable_aot_compile off: its torch.compile then gives no aot_compile
+    # older torch (2.11) has torch._dynamo.config.enable_aot_compile off: its torch.compile then gives no aot_compile
     import torch._dynamo
 
     if not hasattr(torch._dynamo.config, "enable_aot_compile"):

@@ -90,10 +90,10 @@ class BatchedEngine(nn.Module):
             layout alone, which is why the engine warns once when it runs on CUDA without cuDNN's benchmark
             (docs/PERFORMANCE.md). The same meta-gradients in float64 (``tests/engines/test_compiled_inner_loop.py``).
         compile_ahead: compile with ``torch.compile(...).aot_compile`` (experimental in torch; Dynamo's
-            ``enable_aot_compile`` switch, off before torch 2.14, is turned on while it runs) and keep each compiled
-            function whole (graphs, kernels and guards) in the compile cache, so that a later run on the machine loads
-            it instead of tracing it again (``units_lightning.engines.ahead``); falls back to plain compiling, after
-            one message, where torch cannot.
+            ``enable_aot_compile`` switch, off in older torch such as 2.11, is turned on while it runs) and keep each
+            compiled function whole (graphs, kernels and guards) in the compile cache, so that a later run on the
+            machine loads it instead of tracing it again (``units_lightning.engines.ahead``); falls back to plain
+            compiling, after one message, where torch cannot.
     """
 
     def __init__(
