@@ -12,7 +12,10 @@ every ``--block`` steps, around each validation and at the ends of training. It 
 - each validation, and what follows it until the next step (the checkpoints);
 - the one-off costs (capturing graphs, compiling): the training time that the steady rates, the validations and
   the checkpoints do not explain, split by where it fell: the first block, the block of the warm-up step (where
-  scoring starts), and the other blocks (their excess over the median: the host's noise).
+  scoring starts), and the other blocks (their excess over the median: the host's noise);
+- what ``torch.compile`` spent in the process (Dynamo's ``compile_times``): in all, tracing the functions, and in
+  its backends (AOTAutograd and Inductor, loads from their caches included); the rest of the one-off is capturing
+  graphs, the device's first calls and loading kernels.
 
 With ``--steps N`` shorter than the config's run, the full run is projected from those parts: the one-off costs,
 the steady rate of each phase times its steps in the full run, and the full run's validations. On CUDA the run
@@ -234,6 +237,26 @@ def project(record: Record, full_steps: float, end: float) -> dict[str, float | 
     }
 
 
+def compiler_seconds() -> dict[str, float | None]:
+    """Seconds ``torch.compile`` spent in this process so far, from Dynamo's ``compile_times``: in all (Dynamo's entry,
+    its backends included), tracing bytecode, and in the backends (AOTAutograd and Inductor, loads from their caches
+    included). None each where nothing compiled (Dynamo is then not even imported)."""
+    none: dict[str, float | None] = {"compiler_s": None, "tracing_s": None, "backends_s": None}
+    if "torch._dynamo" not in sys.modules:
+        return none
+    from torch._dynamo.utils import compile_times
+
+    names, values = compile_times(repr="csv", aggregate=True)
+    times = {name: float(value) for name, value in zip(names, values, strict=True)}
+    if not times.get("_compile.compile_inner"):
+        return none
+    return {
+        "compiler_s": times["_compile.compile_inner"],
+        "tracing_s": times.get("bytecode_tracing"),
+        "backends_s": times.get("OutputGraph.call_user_compiler"),
+    }
+
+
 def main(argv: list[str] | None = None) -> dict[str, float | None]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="the config to run, e.g. configs/omniglot_20w1s.yaml")
@@ -272,6 +295,7 @@ def main(argv: list[str] | None = None) -> dict[str, float | None]:
         "device": f"{device_name(device)} | {versions()}",
         "imports_s": IMPORTED - START,
         **figures,
+        **compiler_seconds(),
     }
     print(_table(figures))
     if args.json:
@@ -301,6 +325,9 @@ def _table(f: dict) -> str:
     def ms(value: float | None) -> str:
         return "-" if value is None else f"{value:.2f}"
 
+    def seconds(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1f}"
+
     rows = [
         ("imports (torch, Lightning, this package)", f"{f['imports_s']:.1f} s"),
         ("start-up to the first step (imports and sanity check included)", f"{f['start_up_s']:.1f} s"),
@@ -312,6 +339,8 @@ def _table(f: dict) -> str:
         ("one-off (capture, compiling): the first block / the one of the warm-up step / the other blocks' excess",
          f"{f['one_off_s']:.1f} s: {f['first_block_s']:.1f} / {f['scoring_block_s']:.1f} / "
          f"{f['other_blocks_s']:.1f} s"),
+        ("torch.compile in the run (Dynamo's compile_times): in all / tracing / backends",
+         f"{seconds(f['compiler_s'])} / {seconds(f['tracing_s'])} / {seconds(f['backends_s'])} s"),
         ("end (after the last step: the summary, W&B's run ending)", f"{f['end_s']:.1f} s"),
         ("**measured, start to end**", f"**{f['total_s']:.1f} s**"),
         (f"**full run projected ({f['full_validations']} validations)**",

@@ -4,6 +4,7 @@ import json
 import math
 
 import pytest
+import torch
 from tiny_setup import QUICKSTART, TINY_QUICKSTART
 
 from benchmarks import whole_run
@@ -93,7 +94,21 @@ def test_a_tiny_quick_start_is_timed_and_projected(tmp_path, capsys):
     assert parts == pytest.approx(figures["one_off_s"])
     saved = json.loads(out.read_text())
     assert saved["record"]["marks"][0][0] == 0 and saved["record"]["marks"][-1][0] == 12
-    assert "full run projected (4 validations)" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "full run projected (4 validations)" in printed
+    assert {"compiler_s", "tracing_s", "backends_s"} <= figures.keys()
+    assert "| torch.compile in the run (Dynamo's compile_times): in all / tracing / backends |" in printed
+
+
+def test_the_compilers_time_comes_from_dynamos_compile_times(monkeypatch):
+    before = whole_run.compiler_seconds()["compiler_s"] or 0.0
+    compiled = torch.compile(lambda x: torch.sin(x) + 1, backend="eager")  # Dynamo's tracing, no Inductor
+    compiled(torch.ones(3))
+    after = whole_run.compiler_seconds()
+    assert after["compiler_s"] > before
+    assert 0 < after["tracing_s"] <= after["compiler_s"] and 0 < after["backends_s"] <= after["compiler_s"]
+    monkeypatch.setattr("torch._dynamo.utils.compile_times", lambda **kwargs: ([], []))  # nothing compiled
+    assert whole_run.compiler_seconds() == {"compiler_s": None, "tracing_s": None, "backends_s": None}
 
 
 def test_the_accelerator_given_on_the_command_line_wins_over_the_configs():
