@@ -156,6 +156,16 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _ends_within(pid: int, seconds: float) -> bool:
+    """Whether process ``pid`` has ended (see ``_alive``) or ends within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 @needs_gloo
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's parent-death signal is Linux's")
 def test_no_rank_outlives_a_rank_zero_that_is_killed(tmp_path):
@@ -168,7 +178,8 @@ def test_no_rank_outlives_a_rank_zero_that_is_killed(tmp_path):
     )
     ended = time.monotonic() - started  # the output ends when the last rank holding it ends
     assert status == -signal.SIGKILL, output[-4000:]
-    assert not _alive(int((pids / "pid_1").read_text()))
+    # Its output closed, rank 1 may still be tearing down (not yet a zombie) on a loaded machine: a few seconds' grace.
+    assert _ends_within(int((pids / "pid_1").read_text()), seconds=10)
     assert ended < 45, f"rank 1 outlived rank 0: the command's output ended after {ended:.0f} s (rank 1 sleeps 60 s)"
 
 
