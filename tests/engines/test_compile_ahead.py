@@ -7,11 +7,18 @@ The float64 case compiles (about a minute on 2 CPU cores), so on the CPU it runs
 import importlib.util
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from units_lightning.engines.ahead import AheadCompiled, ahead_folder, aot_compile_enabled
+from units_lightning.engines.ahead import (
+    AheadCompiled,
+    ahead_folder,
+    aot_compile_enabled,
+    load_artifact,
+    savable_guards,
+)
 from units_lightning.engines.base import inner_loop_parameters
 from units_lightning.engines.build import build_engine
 
@@ -170,12 +177,106 @@ def test_dynamos_aot_compile_switch_is_on_while_it_compiles_saves_and_loads_and_
         seen.append(("load", torch._dynamo.config.enable_aot_compile))
         return Artifact()
 
-    monkeypatch.setattr(torch, "compile", lambda function, **kwargs: Compiled(function))
+    given = []
+    monkeypatch.setattr(torch, "compile", lambda function, **kwargs: given.append(kwargs) or Compiled(function))
     monkeypatch.setattr(torch.compiler, "load_compiled_function", load)
     engine = agree.make_engine("batched", "fixed", False, capture="none")
     # the switch as older torch has it (not monkeypatch: its undo deletes the setting, which hides it from torch)
     with torch._dynamo.config.patch(enable_aot_compile=False):
         assert AheadCompiled(engine._adapt_all, None, tmp_path)("x") == "ran"  # compiles ahead and saves
         assert AheadCompiled(engine._adapt_all, None, tmp_path)("x") == "ran"  # a later run loads it
-        assert seen == [("compile", True), ("aot_compile", True), ("save", True), ("load", True)]
+        # saving loads the artifact back once, as a later run will
+        assert seen == [("compile", True), ("aot_compile", True), ("save", True), ("load", True), ("load", True)]
         assert torch._dynamo.config.enable_aot_compile is False
+    # the guard filter goes with the compile that saves, in a copy of the options (torch.compile pops it)
+    options = {"max_autotune": False}
+    assert AheadCompiled(engine._predict_all, options, tmp_path / "p")("x") == "ran"
+    assert given[-1]["options"] == {"max_autotune": False, "guard_filter_fn": savable_guards}
+    assert options == {"max_autotune": False}
+
+
+def test_an_artifact_keeps_only_the_guards_a_later_process_can_check():
+    # torch 2.11 keeps every guard by default and then fails to save: "DICT_VERSION guard cannot be serialized"
+    def entry(guard_type, is_global=False, derived=()):
+        return SimpleNamespace(guard_type=guard_type, is_global=is_global, derived_guard_types=derived)
+
+    entries = [
+        entry("TENSOR_MATCH"),  # the inputs' dtype, device, shape: kept
+        entry("TYPE_MATCH"),
+        entry("DICT_VERSION"),  # a dict's version in this process
+        entry("ID_MATCH"),  # an object's address in this process
+        entry("CONSTANT_MATCH", is_global=True),  # a module's global: fixed by the package sources in the key
+        entry("TYPE_MATCH", derived=("ID_MATCH",)),
+        entry("EQUALS_MATCH", derived=None),
+    ]
+    assert savable_guards(entries) == [True, True, False, False, False, False, True]
+
+
+def test_torch_2_11s_load_that_needs_a_trace_under_way_is_retried_inside_one(monkeypatch, tmp_path):
+    # torch 2.11 rebuilds guard sources while it unpickles an artifact, and that installs guards
+    from torch._guards import TracingContext
+
+    path = tmp_path / "artifact.bin"
+    path.write_bytes(b"artifact")
+    tries = []
+
+    def load(file):
+        tries.append((file.read(), TracingContext.try_get() is not None))
+        if len(tries) == 1:
+            raise RuntimeError("TracingContext.get() must be called within an ongoing trace.")
+        return "loaded"
+
+    monkeypatch.setattr(torch.compiler, "load_compiled_function", load)
+    assert load_artifact(path) == "loaded"
+    assert tries == [(b"artifact", False), (b"artifact", True)]  # read again from the start, inside a trace
+    assert TracingContext.try_get() is None
+
+    def damaged(file):
+        raise RuntimeError("invalid load key")
+
+    monkeypatch.setattr(torch.compiler, "load_compiled_function", damaged)
+    with pytest.raises(RuntimeError, match="invalid load key"):  # any other failure is the caller's to report
+        load_artifact(path)
+
+
+def test_an_artifact_that_saves_but_does_not_load_serves_this_run_and_later_runs_compile_as_usual(
+    monkeypatch, tmp_path, caplog
+):
+    # what torch 2.11 did before load_artifact's retry: every run would compile ahead again and save one more
+    calls = []
+    monkeypatch.setattr(_Compiled, "calls", calls)
+
+    class Artifact:
+        def guard_check(self, owner, *args):
+            return True
+
+        def __call__(self, owner, *args):
+            return "compiled ahead"
+
+        def save_compiled_function(self, path):
+            Path(path).write_bytes(b"artifact")
+
+    class Compiled(_Compiled):
+        def __call__(self, *args):
+            self.calls.append(self.function.__name__)
+            return "compiled as usual"
+
+        def aot_compile(self, example):
+            return Artifact()
+
+    def load(file):
+        raise RuntimeError("TracingContext.get() must be called within an ongoing trace.")
+
+    monkeypatch.setattr(torch, "compile", lambda function, **kwargs: Compiled(function))
+    monkeypatch.setattr(torch.compiler, "load_compiled_function", load)
+    engine = agree.make_engine("batched", "fixed", False, capture="none")
+    folder = tmp_path / "predict"
+    with caplog.at_level(logging.INFO):
+        assert AheadCompiled(engine._predict_all, None, folder)("x") == "compiled ahead"
+    error = "RuntimeError: TracingContext.get() must be called within an ongoing trace."
+    reason = f"a saved artifact does not load ({error})"
+    assert sorted(p.name for p in folder.iterdir()) == ["cannot-compile-ahead.txt"]  # the artifact is removed
+    assert (folder / "cannot-compile-ahead.txt").read_text() == reason + "\n"
+    assert any(f"cannot be compiled ahead here ({reason}); later runs" in r.getMessage() for r in caplog.records)
+    later = AheadCompiled(engine._predict_all, None, folder)
+    assert later("x") == "compiled as usual" and calls == ["_predict_all"]  # plain torch.compile, not one more attempt

@@ -2,15 +2,18 @@
 
 ``torch.compile`` keeps the kernels it built in its caches (``units_lightning.compile_cache``), but every new
 process still traces the function with Dynamo to find them: on the CPU most of a warm start's compile time; a warm
-budget run on an H200 spends 7-17 s of one-off cost (docs/PERFORMANCE.md). ``torch.compile(...).aot_compile``
-(experimental: on by default in torch 2.14; in older versions behind ``torch._dynamo.config.enable_aot_compile``,
-which this module turns on while it compiles and loads: torch 2.11 gave no ``aot_compile`` without it) traces and
-compiles once and returns an artifact holding the graphs, the kernels and the guards that say which inputs it is valid
-for; saved, it loads in about a second. ``AheadCompiled`` keeps such artifacts per function in
-``<compile cache>/units-lightning-ahead/``, answers a call with the first one whose guards accept the inputs, and
-compiles (and saves) a new one otherwise. Where torch cannot compile ahead (a torch without ``aot_compile``, a
-function it cannot serialise) it says so once, goes on with plain ``torch.compile`` and leaves a note in the folder,
-so that later runs do not try again.
+budget run on an H200 spends 13-15 s of one-off cost (docs/PERFORMANCE.md). ``torch.compile(...).aot_compile``
+(experimental in torch) traces and compiles once and returns an artifact holding the graphs, the kernels and the
+guards that say which inputs it is valid for; saved, it loads in a later run. ``AheadCompiled`` keeps such artifacts
+per function in ``<compile cache>/units-lightning-ahead/``, answers a call with the first one whose guards accept the
+inputs, and compiles (and saves) a new one otherwise. On an H200 (torch 2.11) it cut a warm budget run's one-off
+from 13.3-15.2 s to 8.6-12.5 s.
+
+Older torch needs three things that torch 2.14 does by itself, done here: Dynamo's ``enable_aot_compile`` switch on
+(``aot_compile_enabled``), only the guards that a later process can check saved (``savable_guards``), and a load
+that runs inside a tracing context (``load_artifact``). Where torch cannot compile ahead (a torch without
+``aot_compile``, a function it cannot save, an artifact that does not load back) it says so once, goes on with plain
+``torch.compile`` and leaves a note in the folder, so that later runs do not try again.
 """
 
 from __future__ import annotations
@@ -27,11 +30,22 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from units_lightning.compile_cache import sources_digest, use_compile_cache
 
-__all__ = ["AheadCompiled", "ahead_folder", "aot_compile_enabled"]
+__all__ = ["AheadCompiled", "ahead_folder", "aot_compile_enabled", "load_artifact", "savable_guards"]
 
 _FOLDER = "units-lightning-ahead"
 _UNSUPPORTED = "cannot-compile-ahead.txt"  # written where compiling ahead failed: later runs do not try again
 MAX_ARTIFACTS = 8  # per function: inputs that change from run to run must not fill the disk (about 9 MB each)
+# guards that name objects of one process (their identity, a dict's version) and cannot be saved: torch 2.14's list
+_UNSAVABLE_GUARDS = (
+    "DICT_VERSION",
+    "NN_MODULE",
+    "ID_MATCH",
+    "FUNCTION_MATCH",
+    "CLASS_MATCH",
+    "MODULE_MATCH",
+    "CLOSURE_MATCH",
+    "WEAKREF_ALIVE",
+)
 
 
 def aot_compile_enabled() -> contextlib.AbstractContextManager[Any]:
@@ -43,6 +57,39 @@ def aot_compile_enabled() -> contextlib.AbstractContextManager[Any]:
     if hasattr(config, "enable_aot_compile"):
         return config.patch(enable_aot_compile=True)
     return contextlib.nullcontext()
+
+
+def savable_guards(entries: Any) -> list[bool]:
+    """Which of Dynamo's guards an artifact keeps: not those on globals, nor those on objects of one process.
+
+    torch 2.14 filters so by default when it compiles ahead; torch 2.11 keeps every guard and then fails to save
+    (``PackageError: DICT_VERSION guard cannot be serialized``). What the dropped guards would check (the package's
+    code, torch's functions) is fixed by the folder's key: the torch version and the package sources."""
+    from torch._dynamo.guards import CheckFunctionManager  # noqa: PLC0415 - loaded by the first compile anyway
+
+    unsavable = set(getattr(CheckFunctionManager, "UNSUPPORTED_SERIALIZATION_GUARD_TYPES", _UNSAVABLE_GUARDS))
+    return [
+        not (entry.is_global or entry.guard_type in unsavable or unsavable & set(entry.derived_guard_types or ()))
+        for entry in entries
+    ]
+
+
+def load_artifact(path: Path) -> Any:
+    """A saved artifact, loaded. torch 2.11 rebuilds some of its guards' sources by installing guards, which needs
+    a trace under way (``RuntimeError: TracingContext.get() must be called within an ongoing trace``): where it says
+    so, the load runs again inside an empty tracing context, whose guards are thrown away (the artifact's own guards
+    come from its saved state)."""
+    from torch._guards import TracingContext, tracing  # noqa: PLC0415 - loaded by the first compile anyway
+
+    with path.open("rb") as file, aot_compile_enabled():
+        try:
+            return torch.compiler.load_compiled_function(file)
+        except RuntimeError as error:
+            if "TracingContext" not in str(error):
+                raise
+        file.seek(0)
+        with tracing(TracingContext(None)):
+            return torch.compiler.load_compiled_function(file)
 
 
 def ahead_folder(function: Callable[..., Any], options: dict[str, Any] | None) -> Path:
@@ -88,7 +135,8 @@ class AheadCompiled:
                 return artifact(owner, *args)
         artifact, reason = None, f"torch {torch.__version__} has no torch.compile(...).aot_compile"
         with aot_compile_enabled():
-            compiling = torch.compile(self.function, fullgraph=True, dynamic=self.dynamic, options=self.options)
+            options = {**(self.options or {}), "guard_filter_fn": savable_guards}  # torch.compile pops the filter
+            compiling = torch.compile(self.function, fullgraph=True, dynamic=self.dynamic, options=options)
             if hasattr(compiling, "aot_compile"):
                 try:
                     artifact = compiling.aot_compile((args, {}))
@@ -131,8 +179,7 @@ class AheadCompiled:
         artifacts = []
         for path in sorted(self.folder.glob("*.bin")):
             try:
-                with path.open("rb") as file, aot_compile_enabled():
-                    artifacts.append(torch.compiler.load_compiled_function(file))
+                artifacts.append(load_artifact(path))
             except Exception as error:  # noqa: BLE001 - a stale or damaged artifact is skipped, not fatal
                 rank_zero_info(f"compile ahead: skipped {path} ({type(error).__name__}: {error})")
         self.loaded = len(artifacts)
@@ -147,8 +194,20 @@ class AheadCompiled:
                 "(inputs that differ from run to run? delete the folder to start again)"
             )
             return
-        try:  # a unique name: the ranks of a data-parallel run may save at once; each file is written atomically
+        path = self.folder / f"{uuid.uuid4().hex}.bin"  # unique: the ranks of a data-parallel run may save at once
+        try:
             with aot_compile_enabled():
-                artifact.save_compiled_function(str(self.folder / f"{uuid.uuid4().hex}.bin"))
+                artifact.save_compiled_function(str(path))  # written atomically
         except Exception as error:  # noqa: BLE001 - an unsaved artifact still serves this run
             rank_zero_info(f"compile ahead: could not save {self.function.__name__} ({type(error).__name__}: {error})")
+            return
+        try:  # what a later run will do: an artifact that does not load would be compiled again in every run
+            load_artifact(path)
+        except Exception as error:  # noqa: BLE001 - this run keeps the artifact it has; later runs compile as usual
+            path.unlink(missing_ok=True)
+            reason = f"a saved artifact does not load ({type(error).__name__}: {error})"
+            rank_zero_info(
+                f"compile ahead: {self.function.__name__} cannot be compiled ahead here ({reason}); later runs compile "
+                f"it as usual (delete {self.folder} to try again)"
+            )
+            self._unsupported(reason)

@@ -89,11 +89,11 @@ class BatchedEngine(nn.Module):
             (before / after selection starts) with both, 14.76 / 16.25 with neither, and 17.01 / 18.53 with the
             layout alone, which is why the engine warns once when it runs on CUDA without cuDNN's benchmark
             (docs/PERFORMANCE.md). The same meta-gradients in float64 (``tests/engines/test_compiled_inner_loop.py``).
-        compile_ahead: compile with ``torch.compile(...).aot_compile`` (experimental in torch; Dynamo's
-            ``enable_aot_compile`` switch, off in older torch such as 2.11, is turned on while it runs) and keep each
-            compiled function whole (graphs, kernels and guards) in the compile cache, so that a later run on the
-            machine loads it instead of tracing it again (``units_lightning.engines.ahead``); falls back to plain
-            compiling, after one message, where torch cannot.
+        compile_ahead: compile with ``torch.compile(...).aot_compile`` (experimental in torch; torch 2.11 works
+            with what ``units_lightning.engines.ahead`` adds) and keep each compiled function whole (graphs, kernels
+            and guards) in the compile cache, so that a later run on the machine loads it instead of tracing it
+            again: a warm budget run's one-off 13.3-15.2 s -> 8.6-12.5 s on an H200. Falls back to plain compiling,
+            after one message, where torch cannot (each saved artifact is loaded back once to check).
     """
 
     def __init__(
