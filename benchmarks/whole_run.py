@@ -13,6 +13,8 @@ every ``--block`` steps, around each validation and at the ends of training. It 
 - the one-off costs (capturing graphs, compiling): the training time that the steady rates, the validations and
   the checkpoints do not explain, split by where it fell: the first block, the block of the warm-up step (where
   scoring starts), and the other blocks (their excess over the median: the host's noise);
+- whether Python keeps the modules' bytecode: where ``PYTHONDONTWRITEBYTECODE`` is set (container images often set
+  it), every start compiles torch's sources again, 5-6 s of the imports on an H200 host (docs/PERFORMANCE.md);
 - what ``torch.compile`` spent in the process (Dynamo's ``compile_times``): in all, tracing the functions, and in
   its backends (AOTAutograd and Inductor, loads from their caches included); the rest of the one-off is capturing
   graphs, the device's first calls and loading kernels.
@@ -240,7 +242,8 @@ def project(record: Record, full_steps: float, end: float) -> dict[str, float | 
 def compiler_seconds() -> dict[str, float | None]:
     """Seconds ``torch.compile`` spent in this process so far, from Dynamo's ``compile_times``: in all (Dynamo's entry,
     its backends included), tracing bytecode, and in the backends (AOTAutograd and Inductor, loads from their caches
-    included). None each where nothing compiled (Dynamo is then not even imported)."""
+    included). None each where nothing compiled through Dynamo's entry (Dynamo not even imported; or every function
+    compiled ahead, ``compile_ahead``, which Dynamo does not count there)."""
     none: dict[str, float | None] = {"compiler_s": None, "tracing_s": None, "backends_s": None}
     if "torch._dynamo" not in sys.modules:
         return none
@@ -294,6 +297,7 @@ def main(argv: list[str] | None = None) -> dict[str, float | None]:
         "config": args.config,
         "device": f"{device_name(device)} | {versions()}",
         "imports_s": IMPORTED - START,
+        "bytecode_kept": not sys.dont_write_bytecode,
         **figures,
         **compiler_seconds(),
     }
@@ -321,6 +325,12 @@ def _finish_wandb() -> None:
         wandb.finish()
 
 
+_BYTECODE = {  # images that set PYTHONDONTWRITEBYTECODE compile every module's source again at every start
+    True: "",
+    False: " (Python keeps no bytecode here, PYTHONDONTWRITEBYTECODE: each start compiles the sources again)",
+}
+
+
 def _table(f: dict) -> str:
     def ms(value: float | None) -> str:
         return "-" if value is None else f"{value:.2f}"
@@ -329,7 +339,7 @@ def _table(f: dict) -> str:
         return "-" if value is None else f"{value:.1f}"
 
     rows = [
-        ("imports (torch, Lightning, this package)", f"{f['imports_s']:.1f} s"),
+        ("imports (torch, Lightning, this package)", f"{f['imports_s']:.1f} s" + _BYTECODE[f["bytecode_kept"]]),
         ("start-up to the first step (imports and sanity check included)", f"{f['start_up_s']:.1f} s"),
         ("sanity check", f"{f['sanity_check_s']:.2f} s"),
         ("steps run / of the full run", f"{f['steps']:,} / {f['full_steps']:,.0f}"),

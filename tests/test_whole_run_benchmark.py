@@ -2,6 +2,7 @@
 
 import json
 import math
+import sys
 
 import pytest
 import torch
@@ -98,6 +99,15 @@ def test_a_tiny_quick_start_is_timed_and_projected(tmp_path, capsys):
     assert "full run projected (4 validations)" in printed
     assert {"compiler_s", "tracing_s", "backends_s"} <= figures.keys()
     assert "| torch.compile in the run (Dynamo's compile_times): in all / tracing / backends |" in printed
+    # where PYTHONDONTWRITEBYTECODE is set (the GPU image sets it), the imports row says so
+    assert figures["bytecode_kept"] is (not sys.dont_write_bytecode)
+    said = "(Python keeps no bytecode here, PYTHONDONTWRITEBYTECODE: each start compiles the sources again)"
+    assert (said in printed) is sys.dont_write_bytecode
+    for kept in (True, False):
+        imports_row = whole_run._table({**figures, "bytecode_kept": kept}).splitlines()[4]
+        assert (
+            imports_row.startswith("| imports (torch, Lightning, this package) |") and (said in imports_row) is not kept
+        )
 
 
 def test_the_compilers_time_comes_from_dynamos_compile_times(monkeypatch):
