@@ -124,6 +124,28 @@ def test_each_run_gets_its_share_of_the_cores_for_its_threads_and_its_compile_wo
     assert threads(tmp_path / "b") == ["10 2\n"] * 3
 
 
+def test_where_python_keeps_no_bytecode_the_sweeps_commands_keep_theirs_beside_the_runs(tmp_path, monkeypatch):
+    # the H200 image sets PYTHONDONTWRITEBYTECODE: every command would compile torch's sources again (4-6 s)
+    record = "import sys; open(sys.argv[1], 'w').write(repr((sys.dont_write_bytecode, sys.pycache_prefix)))"
+    monkeypatch.setattr(
+        launcher, "fit_command", lambda run, options: [sys.executable, "-c", record, str(run.folder / "b")]
+    )
+    monkeypatch.setattr(launcher, "targets_of", lambda config: [])
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
+    said = []
+    options, runs = _runs(tmp_path / "a", seeds=(0,))
+    launcher.run_grid(runs, options, report=said.append)
+    assert {(run.folder / "b").read_text() for run in runs} == {repr((False, str(options.root / ".pycache")))}
+    assert f"the sweep's commands keep it in {options.root}/.pycache" in said[0]
+    monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path / "mine"))  # the user's own place is kept, and said nothing
+    said.clear()
+    options, runs = _runs(tmp_path / "b", seeds=(0,))
+    launcher.run_grid(runs, options, report=said.append)
+    assert {(run.folder / "b").read_text() for run in runs} == {repr((True, str(tmp_path / "mine")))}
+    assert not any("bytecode" in message for message in said)
+
+
 def test_the_command_line_prints_the_packing_and_runs_per_gpu_hour(tmp_path, monkeypatch, capsys):
     options, runs = _runs(tmp_path, seeds=(0,))  # 3 runs on 3 GPUs x 1; the first already done
     done_before = runs[0]

@@ -37,7 +37,9 @@ config's own seeds, so every run is tested on the same tasks.
 
 Runs are packed onto the GPUs of ``--gpus``, ``--per-gpu`` K at once on each (default 1), every GPU refilled as soon
 as one of its runs ends (``launcher.slots``; ``--parallel`` caps the runs at once; ``--mps`` runs them under a CUDA MPS
-daemon), and a call ends by printing its runs per GPU-hour (``launcher.sweep_rate``).
+daemon), and a call ends by printing its runs per GPU-hour (``launcher.sweep_rate``). Each command gets its share of
+the host's cores (``OMP_NUM_THREADS``, Inductor's compile workers); where Python keeps no bytecode
+(``PYTHONDONTWRITEBYTECODE``, as container images often set) the commands keep theirs in ``<root>/.pycache``.
 
 ``--time-limit`` stops launching commands ``--grace`` seconds before the limit and sends SIGTERM to those still
 running: a training run finishes its step, writes ``last.ckpt`` when that step is one in the middle of an epoch

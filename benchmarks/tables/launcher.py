@@ -338,6 +338,12 @@ def run_grid(
     # to 32): 12 runs compiling at once on 64 cores would start 384 of them
     environment.setdefault("TORCHINDUCTOR_COMPILE_THREADS", share)
     environment.setdefault("WANDB_MODE", "offline")
+    if environment.get("PYTHONDONTWRITEBYTECODE") and not environment.get("PYTHONPYCACHEPREFIX"):
+        # an image that keeps no bytecode (the H200 image sets this) compiles torch's and Lightning's sources again in
+        # every command of every run: 4-6 s of each (docs/PERFORMANCE.md); kept beside the runs, not in site-packages
+        del environment["PYTHONDONTWRITEBYTECODE"]
+        environment["PYTHONPYCACHEPREFIX"] = kept = str(options.root / ".pycache")
+        report(f"Python keeps no bytecode here (PYTHONDONTWRITEBYTECODE): the sweep's commands keep it in {kept}")
     daemon = contextlib.ExitStack()
     if mps:
         daemon.enter_context(cuda_mps(options.root / ".mps", environment))
