@@ -21,6 +21,7 @@ from units_lightning.engines.ahead import (
 )
 from units_lightning.engines.base import inner_loop_parameters
 from units_lightning.engines.build import build_engine
+from units_lightning.losses import EvidentialLoss, ScheduledInnerLoss
 
 _here = Path(__file__)
 _spec = importlib.util.spec_from_file_location("compiled_inner_loop", _here.with_name("test_compiled_inner_loop.py"))
@@ -68,6 +69,36 @@ def test_a_function_compiled_ahead_loads_without_tracing_and_gives_eagers_meta_g
     support_x, support_y, _, _ = (t.to(device) for t in agree.episode())
     second.adapt(support_x[:1], support_y[:1], agree.LOSS, agree.STEPS, create_graph=True)
     assert (second._compiled_adapt.compiled.compiled, len(list(adapt.folder.glob("*.bin")))) == (1, 2)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_an_artifact_saved_for_one_inner_loss_does_not_serve_a_later_run_with_another(device, tmp_path, monkeypatch):
+    # the saved guards leave out objects' identities (savable_guards): what tells the losses apart must remain
+    monkeypatch.setenv("UNITS_LIGHTNING_COMPILE_CACHE", str(tmp_path))
+    monkeypatch.setattr("units_lightning.compile_cache._in_use", None)
+    support_x, support_y, _, _ = (t.to(device) for t in agree.episode())
+    support_x = support_x.float()  # float32 as training runs, with the inner loss of UnitsMAML
+
+    def adapt(loss, compile_ahead):
+        torch._dynamo.reset()
+        capture = "compile" if compile_ahead else "none"
+        engine = agree.make_engine("batched", "per_layer_per_step", True, capture=capture, compile_ahead=compile_ahead)
+        engine = engine.float().to(device).train()
+        inner = ScheduledInnerLoss(loss).to(device)
+        inner.set_eta(0.7)
+        fast = engine._compiled_adapt(
+            inner_loop_parameters(engine.model), support_x, support_y, inner, agree.STEPS, True
+        )
+        return fast, getattr(engine._compiled_adapt, "compiled", None)
+
+    for number, loss in enumerate([EvidentialLoss(activation="softplus"), EvidentialLoss(activation="relu")]):
+        ours, ahead = adapt(loss, True)
+        if ahead.fallback is not None:
+            pytest.skip(f"torch {torch.__version__} cannot compile this ahead: compile_ahead compiles as usual")
+        assert (ahead.compiled, ahead.loaded) == (1, number)  # the softplus artifact was loaded, and refused
+        expected, _ = adapt(loss, False)
+        for name, weight in expected.items():
+            torch.testing.assert_close(ours[name], weight, rtol=1e-5, atol=1e-5, msg=f"{name}, {loss.activation}")
 
 
 class _Compiled:
