@@ -63,8 +63,10 @@ def savable_guards(entries: Any) -> list[bool]:
     """Which of Dynamo's guards an artifact keeps: not those on globals, nor those on objects of one process.
 
     torch 2.14 filters so by default when it compiles ahead; torch 2.11 keeps every guard and then fails to save
-    (``PackageError: DICT_VERSION guard cannot be serialized``). What the dropped guards would check (the package's
-    code, torch's functions) is fixed by the folder's key: the torch version and the package sources."""
+    (``PackageError: DICT_VERSION guard cannot be serialized``). What the dropped guards would check is fixed by the
+    folder's key (the package's code, torch's functions: the package sources and the torch version), or still
+    checked through the objects' types and values: an artifact saved for one inner loss is refused by a run with
+    another (``tests/engines/test_compile_ahead.py``)."""
     from torch._dynamo.guards import CheckFunctionManager  # noqa: PLC0415 - loaded by the first compile anyway
 
     unsavable = set(getattr(CheckFunctionManager, "UNSUPPORTED_SERIALIZATION_GUARD_TYPES", _UNSAVABLE_GUARDS))
