@@ -17,7 +17,9 @@ every ``--block`` steps, around each validation and at the ends of training. It 
   it), every start compiles torch's sources again, 5-6 s of the imports on an H200 host (docs/PERFORMANCE.md);
 - what ``torch.compile`` spent in the process (Dynamo's ``compile_times``): in all, tracing the functions, and in
   its backends (AOTAutograd and Inductor, loads from their caches included); the rest of the one-off is capturing
-  graphs, the device's first calls and loading kernels.
+  graphs, the device's first calls and loading kernels;
+- under ``compile_ahead``, how many compiled functions were loaded from the cache, compiled here, or compiled as usual
+  (where torch could not compile them ahead).
 
 With ``--steps N`` shorter than the config's run, the full run is projected from those parts: the one-off costs,
 the steady rate of each phase times its steps in the full run, and the full run's validations. On CUDA the run
@@ -260,6 +262,20 @@ def compiler_seconds() -> dict[str, float | None]:
     }
 
 
+def ahead_counts() -> dict[str, int | None]:
+    """What ``compile_ahead`` did in this process (``units_lightning.engines.ahead.COUNTS``): artifacts loaded from
+    the compile cache, artifacts compiled (and saved) here, and functions compiled as usual where torch could not
+    compile them ahead. None each where nothing was compiled ahead."""
+    counts = getattr(sys.modules.get("units_lightning.engines.ahead"), "COUNTS", None)
+    if not counts or not sum(counts.values()):
+        return {"ahead_loaded": None, "ahead_compiled": None, "ahead_as_usual": None}
+    return {
+        "ahead_loaded": counts["loaded"],
+        "ahead_compiled": counts["compiled"],
+        "ahead_as_usual": counts["as usual"],
+    }
+
+
 def main(argv: list[str] | None = None) -> dict[str, float | None]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="the config to run, e.g. configs/omniglot_20w1s.yaml")
@@ -300,6 +316,7 @@ def main(argv: list[str] | None = None) -> dict[str, float | None]:
         "bytecode_kept": not sys.dont_write_bytecode,
         **figures,
         **compiler_seconds(),
+        **ahead_counts(),
     }
     print(_table(figures))
     if args.json:
@@ -351,6 +368,9 @@ def _table(f: dict) -> str:
          f"{f['other_blocks_s']:.1f} s"),
         ("torch.compile in the run (Dynamo's compile_times): in all / tracing / backends",
          f"{seconds(f['compiler_s'])} / {seconds(f['tracing_s'])} / {seconds(f['backends_s'])} s"),
+        ("compile_ahead: artifacts loaded / compiled here / functions compiled as usual",
+         " / ".join("-" if f[key] is None else str(f[key]) for key in ("ahead_loaded", "ahead_compiled",
+                                                                       "ahead_as_usual"))),
         ("end (after the last step: the summary, W&B's run ending)", f"{f['end_s']:.1f} s"),
         ("**measured, start to end**", f"**{f['total_s']:.1f} s**"),
         (f"**full run projected ({f['full_validations']} validations)**",

@@ -79,7 +79,10 @@ def test_validations_in_a_run(steps, interval, epoch, expected):
     assert whole_run.validations_in(steps, interval, epoch) == expected
 
 
-def test_a_tiny_quick_start_is_timed_and_projected(tmp_path, capsys):
+def test_a_tiny_quick_start_is_timed_and_projected(tmp_path, capsys, monkeypatch):
+    from collections import Counter
+
+    monkeypatch.setattr("units_lightning.engines.ahead.COUNTS", Counter())  # this run's, as in its own process
     out = tmp_path / "figures.json"
     figures = whole_run.main(
         ["--config", str(QUICKSTART), "--steps", "12", "--block", "2", "--json", str(out), *TINY_QUICKSTART,
@@ -99,6 +102,7 @@ def test_a_tiny_quick_start_is_timed_and_projected(tmp_path, capsys):
     assert "full run projected (4 validations)" in printed
     assert {"compiler_s", "tracing_s", "backends_s"} <= figures.keys()
     assert "| torch.compile in the run (Dynamo's compile_times): in all / tracing / backends |" in printed
+    assert figures["ahead_loaded"] is None and "| compile_ahead: artifacts loaded / compiled here" in printed
     # where PYTHONDONTWRITEBYTECODE is set (the GPU image sets it), the imports row says so
     assert figures["bytecode_kept"] is (not sys.dont_write_bytecode)
     said = "(Python keeps no bytecode here, PYTHONDONTWRITEBYTECODE: each start compiles the sources again)"
@@ -119,6 +123,17 @@ def test_the_compilers_time_comes_from_dynamos_compile_times(monkeypatch):
     assert 0 < after["tracing_s"] <= after["compiler_s"] and 0 < after["backends_s"] <= after["compiler_s"]
     monkeypatch.setattr("torch._dynamo.utils.compile_times", lambda **kwargs: ([], []))  # nothing compiled
     assert whole_run.compiler_seconds() == {"compiler_s": None, "tracing_s": None, "backends_s": None}
+
+
+def test_what_compile_ahead_did_comes_from_the_engines_counts(monkeypatch):
+    from collections import Counter
+
+    from units_lightning.engines import ahead
+
+    monkeypatch.setattr(ahead, "COUNTS", Counter(loaded=0))  # an empty folder: nothing was compiled ahead yet
+    assert whole_run.ahead_counts() == {"ahead_loaded": None, "ahead_compiled": None, "ahead_as_usual": None}
+    monkeypatch.setattr(ahead, "COUNTS", Counter({"loaded": 3}))  # a later run: every function from the cache
+    assert whole_run.ahead_counts() == {"ahead_loaded": 3, "ahead_compiled": 0, "ahead_as_usual": 0}
 
 
 def test_the_accelerator_given_on_the_command_line_wins_over_the_configs():

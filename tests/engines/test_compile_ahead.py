@@ -6,6 +6,7 @@ The float64 case compiles (about a minute on 2 CPU cores), so on the CPU it runs
 
 import importlib.util
 import logging
+from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -133,6 +134,8 @@ def test_where_torch_cannot_compile_ahead_it_compiles_as_usual_and_says_so_once(
     calls = []
     monkeypatch.setattr(_Compiled, "calls", calls)
     monkeypatch.setattr(torch, "compile", lambda function, **kwargs: compiled(function))
+    counts = Counter()
+    monkeypatch.setattr("units_lightning.engines.ahead.COUNTS", counts)
     engine = agree.make_engine("batched", "per_layer_per_step", True, capture="none")
     ahead = AheadCompiled(engine._adapt_all, None, tmp_path / "adapt")
     support_x, support_y, _, _ = agree.episode()
@@ -149,6 +152,7 @@ def test_where_torch_cannot_compile_ahead_it_compiles_as_usual_and_says_so_once(
     assert calls == ["_adapt_all"] * 3
     assert len([r for r in caplog.records if "cannot be compiled" in r.getMessage()]) == 1
     assert (tmp_path / "adapt" / "cannot-compile-ahead.txt").read_text() == reason + "\n"
+    assert counts == Counter({"as usual": 2})  # this run's function, and the later run's
 
 
 def test_a_damaged_artifact_is_skipped_and_the_folder_is_keyed_by_function_and_options(tmp_path, caplog, monkeypatch):
@@ -214,8 +218,12 @@ def test_dynamos_aot_compile_switch_is_on_while_it_compiles_saves_and_loads_and_
     engine = agree.make_engine("batched", "fixed", False, capture="none")
     # the switch as older torch has it (not monkeypatch: its undo deletes the setting, which hides it from torch)
     with torch._dynamo.config.patch(enable_aot_compile=False):
+        counts = Counter()
+        monkeypatch.setattr("units_lightning.engines.ahead.COUNTS", counts)
         assert AheadCompiled(engine._adapt_all, None, tmp_path)("x") == "ran"  # compiles ahead and saves
+        assert counts == Counter(compiled=1)
         assert AheadCompiled(engine._adapt_all, None, tmp_path)("x") == "ran"  # a later run loads it
+        assert counts == Counter(compiled=1, loaded=1)
         # saving loads the artifact back once, as a later run will
         assert seen == [("compile", True), ("aot_compile", True), ("save", True), ("load", True), ("load", True)]
         assert torch._dynamo.config.enable_aot_compile is False

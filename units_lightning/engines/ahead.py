@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,11 +31,12 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from units_lightning.compile_cache import sources_digest, use_compile_cache
 
-__all__ = ["AheadCompiled", "ahead_folder", "aot_compile_enabled", "load_artifact", "savable_guards"]
+__all__ = ["COUNTS", "AheadCompiled", "ahead_folder", "aot_compile_enabled", "load_artifact", "savable_guards"]
 
 _FOLDER = "units-lightning-ahead"
 _UNSUPPORTED = "cannot-compile-ahead.txt"  # written where compiling ahead failed: later runs do not try again
 MAX_ARTIFACTS = 8  # per function: inputs that change from run to run must not fill the disk (about 9 MB each)
+COUNTS: Counter[str] = Counter()  # this process's artifacts "loaded" and "compiled", and functions compiled "as usual"
 # guards that name objects of one process (their identity, a dict's version) and cannot be saved: torch 2.14's list
 _UNSAVABLE_GUARDS = (
     "DICT_VERSION",
@@ -149,6 +151,7 @@ class AheadCompiled:
         self._save(artifact)
         self.artifacts.append(artifact)
         self.compiled += 1
+        COUNTS["compiled"] += 1
         return artifact(owner, *args)
 
     def _give_up(self, reason: str, args: tuple[Any, ...]) -> Any:
@@ -159,6 +162,7 @@ class AheadCompiled:
         )
         self._unsupported(reason)
         self.fallback = self._plain()
+        COUNTS["as usual"] += 1
         return self.fallback(*args)
 
     def _plain(self) -> Callable[..., Any]:
@@ -177,6 +181,7 @@ class AheadCompiled:
             self.folder = ahead_folder(self.function, self.options)
         if (self.folder / _UNSUPPORTED).exists():
             self.fallback = self._plain()
+            COUNTS["as usual"] += 1
             return []
         artifacts = []
         for path in sorted(self.folder.glob("*.bin")):
@@ -185,6 +190,7 @@ class AheadCompiled:
             except Exception as error:  # noqa: BLE001 - a stale or damaged artifact is skipped, not fatal
                 rank_zero_info(f"compile ahead: skipped {path} ({type(error).__name__}: {error})")
         self.loaded = len(artifacts)
+        COUNTS.update(loaded=self.loaded)
         return artifacts
 
     def _save(self, artifact: Any) -> None:
