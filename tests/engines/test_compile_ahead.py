@@ -102,6 +102,25 @@ def test_an_artifact_saved_for_one_inner_loss_does_not_serve_a_later_run_with_an
             torch.testing.assert_close(ours[name], weight, rtol=1e-5, atol=1e-5, msg=f"{name}, {loss.activation}")
 
 
+class _Artifact:
+    """What ``aot_compile`` returns, as the engine sees it: it accepts every input, answers ``result``, and saves a
+    few bytes (noting in ``seen`` whether Dynamo's switch was on)."""
+
+    def __init__(self, result, seen=None):
+        self.result, self.seen = result, seen
+
+    def guard_check(self, owner, *args):
+        return True
+
+    def __call__(self, owner, *args):
+        return self.result
+
+    def save_compiled_function(self, path):
+        if self.seen is not None:
+            self.seen.append(("save", torch._dynamo.config.enable_aot_compile))
+        Path(path).write_bytes(b"artifact")
+
+
 class _Compiled:
     """``torch.compile``'s result as a torch that cannot compile ahead gives it: it runs the function, and counts."""
 
@@ -188,17 +207,6 @@ def test_dynamos_aot_compile_switch_is_on_while_it_compiles_saves_and_loads_and_
         pytest.skip(f"torch {torch.__version__} has no torch._dynamo.config.enable_aot_compile")
     seen = []
 
-    class Artifact:
-        def guard_check(self, owner, *args):
-            return True
-
-        def __call__(self, owner, *args):
-            return "ran"
-
-        def save_compiled_function(self, path):
-            seen.append(("save", torch._dynamo.config.enable_aot_compile))
-            Path(path).write_bytes(b"artifact")
-
     class Compiled(_Compiled):
         def __init__(self, function):
             super().__init__(function)
@@ -206,11 +214,11 @@ def test_dynamos_aot_compile_switch_is_on_while_it_compiles_saves_and_loads_and_
 
         def aot_compile(self, example):
             seen.append(("aot_compile", torch._dynamo.config.enable_aot_compile))
-            return Artifact()
+            return _Artifact("ran", seen)
 
     def load(file):
         seen.append(("load", torch._dynamo.config.enable_aot_compile))
-        return Artifact()
+        return _Artifact("ran")
 
     given = []
     monkeypatch.setattr(torch, "compile", lambda function, **kwargs: given.append(kwargs) or Compiled(function))
@@ -285,23 +293,13 @@ def test_an_artifact_that_saves_but_does_not_load_serves_this_run_and_later_runs
     calls = []
     monkeypatch.setattr(_Compiled, "calls", calls)
 
-    class Artifact:
-        def guard_check(self, owner, *args):
-            return True
-
-        def __call__(self, owner, *args):
-            return "compiled ahead"
-
-        def save_compiled_function(self, path):
-            Path(path).write_bytes(b"artifact")
-
     class Compiled(_Compiled):
         def __call__(self, *args):
             self.calls.append(self.function.__name__)
             return "compiled as usual"
 
         def aot_compile(self, example):
-            return Artifact()
+            return _Artifact("compiled ahead")
 
     def load(file):
         raise RuntimeError("TracingContext.get() must be called within an ongoing trace.")

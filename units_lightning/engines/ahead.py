@@ -156,11 +156,7 @@ class AheadCompiled:
 
     def _give_up(self, reason: str, args: tuple[Any, ...]) -> Any:
         """Say once why this function cannot be compiled ahead, remember it on disk, and answer with plain compiling."""
-        rank_zero_info(
-            f"compile ahead: {self.function.__name__} cannot be compiled ahead here ({reason}); it compiles as "
-            f"usual, traced again in every run (delete {self.folder} to try again)"
-        )
-        self._unsupported(reason)
+        self._unsupported(reason, "it compiles as usual, traced again in every run")
         self.fallback = self._plain()
         COUNTS["as usual"] += 1
         return self.fallback(*args)
@@ -169,9 +165,13 @@ class AheadCompiled:
         """Plain ``torch.compile``, where this function cannot be compiled ahead."""
         return torch.compile(self.function, dynamic=self.dynamic, options=self.options)
 
-    def _unsupported(self, reason: str) -> None:
-        """Remember on disk that compiling ahead failed, so that later runs compile as usual without trying again
-        (a failed attempt traces the function once more)."""
+    def _unsupported(self, reason: str, then: str) -> None:
+        """Say once why this function cannot be compiled ahead, and what happens ``then``; remember it on disk, so
+        that later runs compile as usual without trying again (a failed attempt traces the function once more)."""
+        rank_zero_info(
+            f"compile ahead: {self.function.__name__} cannot be compiled ahead here ({reason}); {then} "
+            f"(delete {self.folder} to try again)"
+        )
         assert self.folder is not None
         self.folder.mkdir(parents=True, exist_ok=True)
         (self.folder / _UNSUPPORTED).write_text(reason + "\n")
@@ -214,8 +214,4 @@ class AheadCompiled:
         except Exception as error:  # noqa: BLE001 - this run keeps the artifact it has; later runs compile as usual
             path.unlink(missing_ok=True)
             reason = f"a saved artifact does not load ({type(error).__name__}: {error})"
-            rank_zero_info(
-                f"compile ahead: {self.function.__name__} cannot be compiled ahead here ({reason}); later runs compile "
-                f"it as usual (delete {self.folder} to try again)"
-            )
-            self._unsupported(reason)
+            self._unsupported(reason, "later runs compile it as usual")
