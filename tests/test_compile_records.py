@@ -41,7 +41,7 @@ def test_capture_auto_compiles_a_shorter_run_only_where_its_signature_compiled_o
     [(5_000, True, True, True), (5_000, False, True, False), (50_000, False, False, True), (500, True, False, False)],
 )
 def test_resolve_auto_reads_the_records_only_for_a_run_whose_length_leaves_the_choice_to_them(
-    steps, recorded, asked, compiles, caplog
+    steps, recorded, asked, compiles, capsys
 ):
     model = tiny_model(sampler=RandomSampler(tasks=2))  # capture "auto"
     questions = []
@@ -51,11 +51,12 @@ def test_resolve_auto_reads_the_records_only_for_a_run_whose_length_leaves_the_c
         return recorded
 
     trainer = SimpleNamespace(estimated_stepping_batches=steps, world_size=1)
-    with caplog.at_level("INFO"):
-        model.captured_step.resolve_auto(trainer, torch.device("cuda"), compiled_before_here)  # a device object only
+    model.captured_step.resolve_auto(trainer, torch.device("cuda"), compiled_before_here)  # a device object only
     assert bool(questions) == asked
     assert model.engine.capture == ("compile" if compiles else "auto")
-    assert ("compiled on this machine before" in caplog.text) == (compiles and recorded)
+    printed = capsys.readouterr().out  # printed, not logged: the command line's quiet display hides Lightning's info
+    assert ("compiled on this machine before" in printed) == (compiles and recorded)
+    assert ("capture auto: compiling" in printed) == compiles
 
 
 def test_records_round_trip_in_the_compile_cache_folder(tmp_path, monkeypatch):

@@ -41,6 +41,7 @@ __all__ = [
     "compile_cache_directory",
     "compiled_before",
     "record_compiled",
+    "records_directory",
     "run_signature",
     "sources_digest",
     "use_compile_cache",
@@ -158,8 +159,13 @@ def run_signature(parts: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     return hashlib.sha256(text.encode()).hexdigest()[:32], description
 
 
+def records_directory(environment: MutableMapping[str, str] | None = None) -> Path:
+    """The folder of the records of ``compiled_before`` (and of ``cli.compile_next``'s files), in the compile cache."""
+    return compile_cache_directory(environment) / _RECORDS
+
+
 def _record(signature: str, environment: MutableMapping[str, str] | None = None) -> Path:
-    return compile_cache_directory(environment) / _RECORDS / f"{signature}.json"
+    return records_directory(environment) / f"{signature}.json"
 
 
 def compiled_before(signature: str, environment: MutableMapping[str, str] | None = None) -> bool:

@@ -229,6 +229,7 @@ class UnitsMAML(EpisodicEvaluation):
         self.test_results: dict[str, Any] | None = None
         self.captured_step = CapturedStep(self.engine, reads=(self.inner_loss,))  # on CUDA: replays training steps
         self._signature: tuple[str, dict[str, Any]] | None = None  # compile_signature, taken when training starts
+        self.compiles_once_warm = False  # this fit steps with CUDA graphs only because it never compiled here before
 
     # --- wiring ---------------------------------------------------------------------------------------
 
@@ -370,7 +371,7 @@ class UnitsMAML(EpisodicEvaluation):
         capture = getattr(self.engine, "capture", None)
         compiles = capture == "compile" or (capture == "auto" and self.device.type == "cuda")  # auto compiles on CUDA
         self._signature = signature = self.compile_signature() if compiles else None  # on_train_end records this one
-        self.captured_step.resolve_auto(
+        self.compiles_once_warm = self.captured_step.resolve_auto(
             self.trainer, self.device, lambda: signature is not None and compiled_before(signature[0])
         )
 

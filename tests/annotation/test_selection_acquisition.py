@@ -117,3 +117,16 @@ def test_select_chooses_by_margin_unless_told_otherwise(glyph_project, project_o
     assert batch.sampler.startswith("MarginSampler(")  # the labeling-time winner (docs/RESULTS.md)
     assert f"tasks={built.data.sampler.tasks}" in batch.sampler
     assert f"query_sets={built.data.sampler.query_sets}" in batch.sampler
+
+
+def test_select_reads_a_config_that_holds_every_top_level_option_of_fit(tmp_path):
+    # A run's saved config.yaml holds all of fit's options: select ignores the ones it does not use.
+    from tiny_setup import QUICKSTART, TINY_QUICKSTART
+
+    from units_lightning.cli.parser import cli_main
+
+    fit = cli_main(["--config", str(QUICKSTART), *TINY_QUICKSTART, f"--trainer.default_root_dir={tmp_path}"], run=False)
+    fit_options = {key.split(".")[0] for key in fit.config.keys()} - {"config"}
+    select_options = {action.dest.split(".")[0] for action in select_parser()._actions}
+    assert {"compile_for_next_run", "progress", "dashboard_callbacks"} <= fit_options
+    assert fit_options <= select_options, fit_options - select_options

@@ -25,6 +25,7 @@ from units_lightning.callbacks.run_version import RecordRunVersion
 from units_lightning.cli.arguments import LIGHTNING_COMMANDS, UnitsArgumentParser
 from units_lightning.cli.checkpoints import checkpoint_overrides, overrides_report, resolve_ckpt_path, settle_save_dir
 from units_lightning.cli.cleanup import ConfigSnapshot, WandbFolderSnapshot, discard_empty_run, wandb_folder
+from units_lightning.cli.compile_next import CompileForNextRun
 from units_lightning.cli.config_sources import inherited_arguments, reset_inherited
 from units_lightning.cli.console import (
     PROGRESS_MODES,
@@ -87,6 +88,14 @@ class UnitsCLI(LightningCLI):
             default=True,
             help="Add the belief-dashboard callbacks (units_lightning.callbacks.dashboard_callbacks()) to "
             "trainer.callbacks; false leaves them out.",
+        )
+        parser.add_argument(
+            "--compile_for_next_run",
+            type=bool,
+            default=True,
+            help="Where capture auto steps a fit with CUDA graphs only because it never compiled on this machine, "
+            "compile it in a background process for the next run of the config (units_lightning.cli.compile_next); "
+            "false leaves this out.",
         )
         parser.add_argument(
             "--progress",
@@ -164,6 +173,8 @@ class UnitsCLI(LightningCLI):
         # Resume: every checkpoint names the logger run that wrote it (a `fit` resumed from it continues that run).
         added = [*(dashboard_callbacks() if config.get("dashboard_callbacks", True) else [])]
         added += [RecordRunVersion(), SummaryWriter(), CSVHistory()]
+        if self.subcommand == "fit" and config.get("compile_for_next_run", True):
+            added.append(CompileForNextRun(self._parser(self.subcommand), config))
         if wants_progress(config):
             added.append(ValidationProgress())
         # LightningCLI appends trainer_defaults["callbacks"] to the configured trainer.callbacks.

@@ -13,7 +13,7 @@ from typing import Literal, NamedTuple, Protocol
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 from torch import Tensor, nn
 
 from units_lightning.belief import TaskBeliefs
@@ -45,6 +45,9 @@ def auto_capture(steps: float, world_size: int, compiled_before: bool = False) -
         return "cuda_graph"
     warm = compiled_before and steps >= WARM_COMPILE_MIN_STEPS
     return "compile" if steps >= COMPILE_MIN_STEPS or warm else "cuda_graph"
+
+
+say = rank_zero_only(print)
 
 
 class MetaStep(NamedTuple):
@@ -185,24 +188,28 @@ class CapturedStep:
 
     def resolve_auto(
         self, trainer: pl.Trainer, device: torch.device, compiled_before: Callable[[], bool] = lambda: False
-    ) -> None:
+    ) -> bool:
         """``capture="auto"`` on CUDA: compile a long single-GPU run, or a shorter one that ``compiled_before`` on this
         machine (``auto_capture``; the callable is asked only for such a run). Called when training starts, where the
-        training loader (and so the run's length) is known without loading it early."""
+        training loader (and so the run's length) is known without loading it early. Returns whether this run steps
+        with CUDA graphs only because it did not compile here before: the same run would compile once it has (a
+        ``CompileForNextRun`` callback then compiles it for the next run, in the background)."""
         if not isinstance(self.engine, CapturingEngine) or self.engine.capture != "auto" or device.type != "cuda":
-            return
+            return False
         steps, world_size = trainer.estimated_stepping_batches, trainer.world_size
         # The records are read only where they decide: a run that compiles, or does not, whatever they say is not warm.
         decides = auto_capture(steps, world_size, compiled_before=True) != auto_capture(steps, world_size)
         warm = decides and compiled_before()
         if auto_capture(steps, world_size, warm) == "compile":
-            rank_zero_info(
+            say(  # printed: the command line's quiet display hides Lightning's info messages
                 f"capture auto: compiling the inner loop for this run of {steps:,.0f} steps "
                 + (
                     "(these shapes compiled on this machine before: from the compile cache, in seconds; "
                     if warm
                     else "(about 2 minutes the first time on this machine, then from the compile cache; "
                 )
-                + "model.capture=cuda_graph skips it)"
+                + "model.capture=cuda_graph skips it)",
+                flush=True,
             )
             self.engine.use_capture("compile")
+        return decides and not warm

@@ -1,0 +1,187 @@
+"""Compile a run for the next run of its kind, in the background: ``capture: auto`` paid once per machine.
+
+A label-budget run (5,000 steps) is too short to pay for compiling from scratch (about 2 minutes on a GPU), so
+``capture: auto`` steps it with CUDA graphs, unless a fit of the same ``compile_signature`` compiled on this machine
+before: then the compiled kernels (and, under ``compile_ahead``, the compiled functions) load from the compile cache
+in seconds, and each step is faster (``captured_step.WARM_COMPILE_MIN_STEPS``). Before, only a run started once with
+``--model.capture compile`` made a machine warm, so running a config again as shipped never got faster.
+
+``CompileForNextRun`` (added to every ``fit`` by the command line; ``--compile_for_next_run false`` leaves it out)
+closes that loop: where a fit steps with CUDA graphs only because its signature never compiled here
+(``UnitsMAML.compiles_once_warm``), it starts a second process, detached and at a lower priority, that runs the same
+config compiled for a few steps past the sampler's warm-up (both branches of the step, before and after selection
+starts), without the config's callbacks, validation, logger or checkpoints, on the same GPU. That fit records the
+signature in the compile cache (``compile_cache.record_compiled``) and the next run of the config compiles from the
+cache. The run in the foreground goes on as before; the two share the GPU while the other compiles.
+
+Its files, in the compile cache's records folder (``<compile cache>/units-lightning-compiled/``), named by the
+signature: ``<signature>.yaml`` (the config it runs), ``<signature>.log`` (what it printed), ``<signature>.compiling``
+while it runs (one at a time per signature: parallel runs of a sweep start it once), and ``<signature>.failed`` where
+it ended without recording the signature (no compiler, or it failed: the log says); a run then does not try again
+until that file is deleted.
+
+    python -m units_lightning.cli.compile_next <signature> <config.yaml> [fit options ...]   # what the callback runs
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback
+
+from units_lightning.compile_cache import compile_cache_directory, compiled_before, records_directory
+
+__all__ = ["STALE_SECONDS", "CompileForNextRun", "child_options", "main", "start"]
+
+STALE_SECONDS = 3600.0
+"""A ``.compiling`` marker older than this is left from a process that did not end cleanly (a killed machine): a
+later run starts the compile again."""
+
+
+def child_options(warmup_steps: int, device_index: int | None, root: str) -> list[str]:
+    """The options the background fit adds to the run's config: compiled, ``warmup_steps + 4`` steps (the warm-up
+    branch and the selecting one each compile in their first step), nothing validated, logged or kept, on the GPU of
+    the run that started it, its files under ``root``.
+
+    >>> child_options(100, 0, "/tmp/x")[:3]
+    ['--model.capture=compile', '--trainer.max_steps=104', '--trainer.limit_val_batches=0']
+    """
+    options = [
+        "--model.capture=compile",
+        f"--trainer.max_steps={warmup_steps + 4}",
+        "--trainer.limit_val_batches=0",
+        "--trainer.num_sanity_val_steps=0",
+        "--trainer.logger=false",
+        f"--trainer.default_root_dir={root}",
+        "--trainer.accelerator=gpu",
+        "--trainer.enable_progress_bar=false",
+        "--trainer.enable_checkpointing=false",
+        "--ckpt_path=null",
+        "--dashboard_callbacks=false",
+        "--compile_for_next_run=false",
+    ]
+    if device_index is not None:
+        options.append(f"--trainer.devices=[{device_index}]")
+    return options
+
+
+def start(signature: str, config_text: str, options: list[str], environment: dict[str, str] | None = None) -> str:
+    """Start the background fit of ``signature`` (``python -m units_lightning.cli.compile_next``), unless one runs or
+    failed: a sentence that says what happened, for the run's log."""
+    folder = records_directory(environment)
+    failed, marker = folder / f"{signature}.failed", folder / f"{signature}.compiling"
+    if failed.is_file():
+        return f"an earlier background compile of this run failed ({failed}; delete it to try again)"
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        descriptor = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        if time.time() - marker.stat().st_mtime < STALE_SECONDS:
+            return f"another process compiles this run for the next one ({marker})"
+        marker.unlink(missing_ok=True)  # left by a process that did not end cleanly
+        descriptor = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    config, log = folder / f"{signature}.yaml", folder / f"{signature}.log"
+    config.write_text(config_text)
+    env = dict(os.environ if environment is None else environment)
+    package_root = str(Path(__file__).resolve().parents[2])  # the child imports this copy of the package
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    command = [sys.executable, "-m", "units_lightning.cli.compile_next", signature, str(config), *options]
+    try:
+        with open(log, "w") as output:
+            process = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT, env=env,
+                start_new_session=True,  # outlives this run and its terminal, as a compile that the next run reads
+            )  # fmt: skip
+    except OSError:
+        os.close(descriptor)
+        marker.unlink(missing_ok=True)
+        raise
+    os.write(descriptor, f"{process.pid}\n".encode())
+    os.close(descriptor)
+    return f"compiling it for the next run in the background (process {process.pid}, log {log})"
+
+
+class CompileForNextRun(Callback):
+    """At a fit's first step: where the module steps with CUDA graphs only because its signature never compiled on
+    this machine (``compiles_once_warm``), start the background fit that compiles it (``start``), once, on rank 0.
+
+    Args:
+        parser: the fit command's parser, and ``config`` its parsed config: the background fit runs them, dumped.
+    """
+
+    def __init__(self, parser: Any, config: Any):
+        self.parser, self.config = parser, config
+        self.started: str | None = None  # what start() said
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, index: int) -> None:
+        if self.started is not None or not trainer.is_global_zero:
+            return
+        self.started = ""
+        signature = getattr(pl_module, "_signature", None)
+        if not getattr(pl_module, "compiles_once_warm", False) or signature is None:
+            return
+        warmup = getattr(getattr(pl_module, "sampler", None), "warmup_steps", 0) or 0
+        root = Path(tempfile.gettempdir()) / f"units-lightning-compile-{signature[0]}"
+        options = child_options(int(warmup), pl_module.device.index, str(root))
+        config = copy.deepcopy(self.config)
+        # The run's own callbacks (checkpoints, a benchmark's timers, one defined in a script's __main__, which another
+        # process cannot import) take no part in what compiles.
+        config.trainer.callbacks = None
+        try:
+            self.started = start(signature[0], self.parser.dump(config, skip_none=False), options)
+        except OSError as error:  # a read-only cache: this run is as before, the next one too
+            self.started = f"could not start compiling it for the next run ({error})"
+        print(  # rank 0 only (above); printed: the command line's quiet display hides Lightning's info messages
+            "capture auto: CUDA graphs for this run (it has not compiled on this machine before, and compiling now "
+            f"would cost more than it saves); {self.started}. --compile_for_next_run false leaves this out.",
+            flush=True,
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The background fit: ``<signature> <config> [options]``. Runs ``fit`` at a lower priority, then removes its
+    ``.compiling`` marker and its files, and leaves ``.failed`` where the signature was not recorded."""
+    if argv is None:
+        argv = sys.argv[1:]
+        del sys.argv[1:]  # the fit reads its arguments from the list below, not this command line
+    signature, config, *options = argv
+    folder = records_directory()
+    root = next((o.split("=", 1)[1] for o in options if o.startswith("--trainer.default_root_dir=")), None)
+    try:
+        os.nice(10)
+    except OSError:
+        pass
+    print(f"compiling for the next run: units-lightning fit --config {config} {' '.join(options)}", flush=True)
+    started = time.perf_counter()
+    try:
+        from units_lightning.cli.dispatch import cli_main
+
+        cli_main(["fit", "--config", config, *options])
+    except BaseException:  # noqa: BLE001 - whatever ends it, the markers below are settled
+        traceback.print_exc()
+    finally:
+        if root is not None:
+            shutil.rmtree(root, ignore_errors=True)
+        if compiled_before(signature):
+            print(f"recorded in {compile_cache_directory()} after {time.perf_counter() - started:.1f} s", flush=True)
+            Path(config).unlink(missing_ok=True)
+        else:
+            (folder / f"{signature}.failed").write_text(
+                "the background fit ended without recording this signature: see the .log beside this file\n"
+            )
+        (folder / f"{signature}.compiling").unlink(missing_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
