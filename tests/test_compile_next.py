@@ -85,7 +85,7 @@ def test_the_callback_starts_it_once_at_the_first_step_of_a_cold_run_only(cold, 
     config = Namespace(model=Namespace(lr=0.1), trainer=Namespace(callbacks=[Namespace(class_path="__main__.Timer")]))
     callback = CompileForNextRun(parser, config)
     module = SimpleNamespace(
-        compiles_once_warm=cold, _signature=("sig", {}), sampler=SimpleNamespace(warmup_steps=100),
+        compiles_once_warm=cold, compile_signature=lambda: ("sig", {}), sampler=SimpleNamespace(warmup_steps=100),
         device=torch.device("cpu"),
     )  # fmt: skip
     trainer = SimpleNamespace(is_global_zero=True)

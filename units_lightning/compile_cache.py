@@ -21,7 +21,7 @@ signature (``run_signature``: the torch version, this package's sources, the dev
 parameter shapes, the episode shapes). ``capture="auto"`` reads it: a run too short to pay for a compile from
 scratch still compiles where the same signature compiled before, since Inductor then loads its kernels from the
 cache in seconds (``captured_step.auto_capture``). A record whose cache was deleted costs one compile from scratch.
-A run that finds no record for its signature starts a background fit that compiles it and writes the record, for
+Such a run that finds no record for its signature starts a background fit that compiles it and writes the record, for
 the next run (``units_lightning.cli.compile_next``; its files lie beside the records).
 """
 

@@ -127,9 +127,9 @@ class CompileForNextRun(Callback):
         if self.started is not None or not trainer.is_global_zero:
             return
         self.started = ""
-        signature = getattr(pl_module, "_signature", None)
-        if not getattr(pl_module, "compiles_once_warm", False) or signature is None:
+        if not getattr(pl_module, "compiles_once_warm", False):
             return
+        signature = pl_module.compile_signature()
         warmup = getattr(getattr(pl_module, "sampler", None), "warmup_steps", 0) or 0
         root = Path(tempfile.gettempdir()) / f"units-lightning-compile-{signature[0]}"
         options = child_options(int(warmup), pl_module.device.index, str(root))
