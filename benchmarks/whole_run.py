@@ -19,7 +19,9 @@ every ``--block`` steps, around each validation and at the ends of training. It 
   its backends (AOTAutograd and Inductor, loads from their caches included); the rest of the one-off is capturing
   graphs, the device's first calls and loading kernels;
 - under ``compile_ahead``, how many compiled functions were loaded from the cache, compiled here, or compiled as usual
-  (where torch could not compile them ahead).
+  (where torch could not compile them ahead);
+- how the steps ran (CUDA graphs, compiled, eager), and whether the run started compiling itself for the next run
+  (``units_lightning.cli.compile_next``: a first budget run on a GPU).
 
 With ``--steps N`` shorter than the config's run, the full run is projected from those parts: the one-off costs,
 the steady rate of each phase times its steps in the full run, and the full run's validations. On CUDA the run
@@ -75,6 +77,8 @@ class Record:
     validations: list[tuple[int, float]] = field(default_factory=list)  # (after global step, seconds)
     after_validations: list[tuple[int, float]] = field(default_factory=list)  # (step, seconds to the next step)
     steps: int = 0
+    capture: str = ""  # how the steps ran (``steps_ran``)
+    for_next_run: str = ""  # what CompileForNextRun said (empty where it did nothing)
 
 
 RECORDS: list[Record] = []
@@ -126,6 +130,9 @@ class PhaseTimer(Callback):
 
     def on_train_end(self, trainer, pl_module) -> None:
         self.record.steps = trainer.global_step
+        self.record.capture = steps_ran(getattr(getattr(pl_module, "engine", None), "capture", None), pl_module.device)
+        said = [getattr(c, "started", None) for c in trainer.callbacks if type(c).__name__ == "CompileForNextRun"]
+        self.record.for_next_run = next((text for text in said if text), "")
         self.record.train_end = self._now(pl_module)
         if not self.record.marks or self.record.marks[-1][0] != self.record.steps:
             self.record.marks.append((self.record.steps, self.record.train_end))
@@ -315,6 +322,8 @@ def main(argv: list[str] | None = None) -> dict[str, float | None]:
         "imports_s": IMPORTED - START,
         "bytecode_kept": not sys.dont_write_bytecode,
         **figures,
+        "capture": record.capture,
+        "for_next_run": record.for_next_run,
         **compiler_seconds(),
         **ahead_counts(),
     }
@@ -342,6 +351,18 @@ def _finish_wandb() -> None:
         wandb.finish()
 
 
+def steps_ran(capture: str | None, device: torch.device) -> str:
+    """How a run's training steps ran, from its engine's capture at the end of training (``auto`` stays ``auto``
+    where it did not compile).
+
+    >>> steps_ran("auto", torch.device("cuda")), steps_ran("auto", torch.device("cpu")), steps_ran("compile", None)
+    ('CUDA graphs (capture auto)', 'eager (capture auto on a CPU)', 'compiled')
+    """
+    if capture == "auto":
+        return "CUDA graphs (capture auto)" if device.type == "cuda" else "eager (capture auto on a CPU)"
+    return {"cuda_graph": "CUDA graphs", "compile": "compiled", "none": "eager"}.get(str(capture), str(capture or "-"))
+
+
 _BYTECODE = {  # images that set PYTHONDONTWRITEBYTECODE compile every module's source again at every start
     True: "",
     False: " (Python keeps no bytecode here, PYTHONDONTWRITEBYTECODE: each start compiles the sources again)",
@@ -366,6 +387,8 @@ def _table(f: dict) -> str:
         ("one-off (capture, compiling): the first block / the one of the warm-up step / the other blocks' excess",
          f"{f['one_off_s']:.1f} s: {f['first_block_s']:.1f} / {f['scoring_block_s']:.1f} / "
          f"{f['other_blocks_s']:.1f} s"),
+        ("the steps ran; compiling for the next run (units_lightning.cli.compile_next)",
+         f"{f['capture'] or '-'}; {f['for_next_run'] or '-'}"),
         ("torch.compile in the run (Dynamo's compile_times): in all / tracing / backends",
          f"{seconds(f['compiler_s'])} / {seconds(f['tracing_s'])} / {seconds(f['backends_s'])} s"),
         ("compile_ahead: artifacts loaded / compiled here / functions compiled as usual",

@@ -103,6 +103,11 @@ def test_a_tiny_quick_start_is_timed_and_projected(tmp_path, capsys, monkeypatch
     assert {"compiler_s", "tracing_s", "backends_s"} <= figures.keys()
     assert "| torch.compile in the run (Dynamo's compile_times): in all / tracing / backends |" in printed
     assert figures["ahead_loaded"] is None and "| compile_ahead: artifacts loaded / compiled here" in printed
+    # how the steps ran, and that a CPU run starts no compile for the next run
+    row = "| the steps ran; compiling for the next run (units_lightning.cli.compile_next) |"
+    assert f"{row} eager (capture auto on a CPU); - |" in printed or f"{row} eager; - |" in printed, printed
+    assert whole_run.steps_ran("auto", torch.device("cuda")) == "CUDA graphs (capture auto)"
+    assert whole_run.steps_ran("compile", torch.device("cuda")) == "compiled"
     # where PYTHONDONTWRITEBYTECODE is set (the GPU image sets it), the imports row says so
     assert figures["bytecode_kept"] is (not sys.dont_write_bytecode)
     said = "(Python keeps no bytecode here, PYTHONDONTWRITEBYTECODE: each start compiles the sources again)"

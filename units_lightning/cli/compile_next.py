@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     root = next((o.split("=", 1)[1] for o in options if o.startswith("--trainer.default_root_dir=")), None)
     try:
         os.nice(10)
-    except OSError:
+    except (AttributeError, OSError):  # no os.nice (Windows), or not allowed: at the usual priority
         pass
     print(f"compiling for the next run: units-lightning fit --config {config} {' '.join(options)}", flush=True)
     started = time.perf_counter()
