@@ -52,7 +52,7 @@ def test_start_runs_one_background_compile_per_signature_and_not_again_after_a_f
     assert "process 4242" in said and str(folder / "abc.log") in said
     assert (folder / "abc.compiling").read_text() == "4242\n" and (folder / "abc.yaml").read_text() == "model: {}\n"
     command = FakeProcess.started[0]
-    assert command[1:] == ["-m", "units_lightning.cli.compile_next", "abc", str(folder / "abc.yaml"), *command[5:]]
+    assert command[1:] == ["-m", "units_lightning.cli.background_fit", "abc", str(folder / "abc.yaml"), *command[5:]]
     assert command[5:] == ["--model.capture=compile"]
 
     assert "another process compiles" in start("abc", "", [])  # a second run of the sweep: not twice

@@ -20,28 +20,29 @@ while it runs (one at a time per signature: parallel runs of a sweep start it on
 it ended without recording the signature (no compiler, or it failed: the log says); a run then does not try again
 until that file is deleted.
 
-    python -m units_lightning.cli.compile_next <signature> <config.yaml> [fit options ...]   # what the callback runs
+    python -m units_lightning.cli.background_fit <signature> <config.yaml> [fit options ...]   # what the callback runs
 """
 
 from __future__ import annotations
 
 import copy
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
-from units_lightning.compile_cache import compile_cache_directory, compiled_before, records_directory
+from units_lightning.compile_cache import records_directory
 
-__all__ = ["STALE_SECONDS", "CompileForNextRun", "child_options", "main", "start"]
+__all__ = ["BACKGROUND_FIT", "STALE_SECONDS", "CompileForNextRun", "child_options", "start"]
+
+BACKGROUND_FIT = "units_lightning.cli.background_fit"
+"""The module the background process runs (``python -m``): the fit itself, and its markers settled after it."""
 
 STALE_SECONDS = 3600.0
 """A ``.compiling`` marker older than this is left from a process that did not end cleanly (a killed machine): a
@@ -95,7 +96,7 @@ def start(signature: str, config_text: str, options: list[str], environment: dic
     env = dict(os.environ if environment is None else environment)
     package_root = str(Path(__file__).resolve().parents[2])  # the child imports this copy of the package
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-    command = [sys.executable, "-m", "units_lightning.cli.compile_next", signature, str(config), *options]
+    command = [sys.executable, "-m", BACKGROUND_FIT, signature, str(config), *options]
     try:
         with open(log, "w") as output:
             process = subprocess.Popen(
@@ -146,42 +147,3 @@ class CompileForNextRun(Callback):
             f"would cost more than it saves); {self.started}. --compile_for_next_run false leaves this out.",
             flush=True,
         )
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The background fit: ``<signature> <config> [options]``. Runs ``fit`` at a lower priority, then removes its
-    ``.compiling`` marker and its files, and leaves ``.failed`` where the signature was not recorded."""
-    if argv is None:
-        argv = sys.argv[1:]
-        del sys.argv[1:]  # the fit reads its arguments from the list below, not this command line
-    signature, config, *options = argv
-    folder = records_directory()
-    root = next((o.split("=", 1)[1] for o in options if o.startswith("--trainer.default_root_dir=")), None)
-    try:
-        os.nice(10)
-    except (AttributeError, OSError):  # no os.nice (Windows), or not allowed: at the usual priority
-        pass
-    print(f"compiling for the next run: units-lightning fit --config {config} {' '.join(options)}", flush=True)
-    started = time.perf_counter()
-    try:
-        from units_lightning.cli.dispatch import cli_main
-
-        cli_main(["fit", "--config", config, *options])
-    except BaseException:  # noqa: BLE001 - whatever ends it, the markers below are settled
-        traceback.print_exc()
-    finally:
-        if root is not None:
-            shutil.rmtree(root, ignore_errors=True)
-        if compiled_before(signature):
-            print(f"recorded in {compile_cache_directory()} after {time.perf_counter() - started:.1f} s", flush=True)
-            Path(config).unlink(missing_ok=True)
-        else:
-            (folder / f"{signature}.failed").write_text(
-                "the background fit ended without recording this signature: see the .log beside this file\n"
-            )
-        (folder / f"{signature}.compiling").unlink(missing_ok=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
