@@ -77,7 +77,7 @@ def child_options(warmup_steps: int, device_index: int | None, root: str) -> lis
 
 
 def start(signature: str, config_text: str, options: list[str], environment: dict[str, str] | None = None) -> str:
-    """Start the background fit of ``signature`` (``python -m units_lightning.cli.compile_next``), unless one runs or
+    """Start the background fit of ``signature`` (``python -m units_lightning.cli.background_fit``), unless one runs or
     failed: a sentence that says what happened, for the run's log."""
     folder = records_directory(environment)
     failed, marker = folder / f"{signature}.failed", folder / f"{signature}.compiling"
