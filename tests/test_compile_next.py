@@ -2,6 +2,9 @@
 machine starts a background fit that compiles it, so that the next run of the config compiles from the cache."""
 
 import os
+import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,7 +15,14 @@ from jsonargparse import Namespace
 from tiny_setup import QUICKSTART, TINY_QUICKSTART, tiny_model
 
 from units_lightning.cli import compile_next
-from units_lightning.cli.compile_next import STALE_SECONDS, CompileForNextRun, child_options, start
+from units_lightning.cli.compile_next import (
+    STALE_SECONDS,
+    CompileForNextRun,
+    Started,
+    child_options,
+    marker_is_stale,
+    start,
+)
 from units_lightning.cli.parser import cli_main
 from units_lightning.compile_cache import COMPILE_CACHE_VARIABLE, compiled_before, records_directory
 from units_lightning.module import UnitsMAML
@@ -38,7 +48,7 @@ class FakeProcess:
     started: list[list[str]] = []
 
     def __init__(self, command, **kwargs):
-        self.pid = 4242
+        self.pid = os.getpid()  # a process that runs: the marker it leaves is not stale
         FakeProcess.started.append(command)
         assert kwargs["start_new_session"] and kwargs["stdin"] is not None
 
@@ -47,25 +57,42 @@ def test_start_runs_one_background_compile_per_signature_and_not_again_after_a_f
     monkeypatch.setenv(COMPILE_CACHE_VARIABLE, str(tmp_path / "cache"))
     monkeypatch.setattr(compile_next.subprocess, "Popen", FakeProcess)
     FakeProcess.started = []
-    said = start("abc", "model: {}\n", ["--model.capture=compile"])
+    said, process = start("abc", "model: {}\n", ["--model.capture=compile"])
     folder = records_directory()
-    assert "process 4242" in said and str(folder / "abc.log") in said
-    assert (folder / "abc.compiling").read_text() == "4242\n" and (folder / "abc.yaml").read_text() == "model: {}\n"
+    assert f"process {os.getpid()}" in said and str(folder / "abc.log") in said and process is not None
+    assert (folder / "abc.compiling").read_text() == f"{os.getpid()} {socket.gethostname()}\n"
+    assert (folder / "abc.yaml").read_text() == "model: {}\n"
     command = FakeProcess.started[0]
     assert command[1:] == ["-m", "units_lightning.cli.background_fit", "abc", str(folder / "abc.yaml"), *command[5:]]
     assert command[5:] == ["--model.capture=compile"]
 
-    assert "another process compiles" in start("abc", "", [])  # a second run of the sweep: not twice
-    assert len(FakeProcess.started) == 1
+    said, process = start("abc", "", [])  # a second run of the sweep: not twice
+    assert "another process compiles" in said and process is None and len(FakeProcess.started) == 1
+    (folder / "abc.compiling").write_text(f"{os.getpid()} another-host\n")  # a cache shared by hosts: by its age
+    assert "another process compiles" in start("abc", "", []).said
     old = time.time() - STALE_SECONDS - 1
     os.utime(folder / "abc.compiling", (old, old))  # left by a killed machine
-    assert "process 4242" in start("abc", "", [])
+    assert f"process {os.getpid()}" in start("abc", "", []).said
     assert len(FakeProcess.started) == 2
 
     (folder / "abc.compiling").unlink()
     (folder / "abc.failed").write_text("see the log\n")
-    said = start("abc", "", [])
-    assert "failed" in said and "delete it to try again" in said and len(FakeProcess.started) == 2
+    said, process = start("abc", "", [])
+    assert "failed" in said and "delete it to try again" in said and len(FakeProcess.started) == 2 and process is None
+
+
+def test_a_marker_whose_process_is_gone_from_this_host_is_stale_at_once(tmp_path):
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()  # its pid names no process now (the system does not reuse it this soon)
+    marker = tmp_path / "abc.compiling"
+    marker.write_text(f"{ended.pid} {socket.gethostname()}\n")  # a batch job's end killed it, say
+    assert marker_is_stale(marker)
+    marker.write_text(f"{os.getpid()} {socket.gethostname()}\n")
+    assert not marker_is_stale(marker)
+    assert not marker_is_stale(marker, now=time.time() + STALE_SECONDS + 1)  # its process runs: whatever its age
+    marker.write_text("")  # being written: by its age
+    assert not marker_is_stale(marker) and marker_is_stale(marker, now=time.time() + STALE_SECONDS + 1)
+    assert marker_is_stale(tmp_path / "gone.compiling")
 
 
 def test_the_background_fit_adds_its_options_after_the_config_and_keeps_the_run_that_started_it_apart():
@@ -80,7 +107,8 @@ def test_the_background_fit_adds_its_options_after_the_config_and_keeps_the_run_
 @pytest.mark.parametrize("cold", [True, False])
 def test_the_callback_starts_it_once_at_the_first_step_of_a_cold_run_only(cold, monkeypatch, capsys):
     calls = []
-    monkeypatch.setattr(compile_next, "start", lambda *args: calls.append(args) or "started")
+    running = SimpleNamespace(pid=77, poll=lambda: None)  # the background fit, still running at the run's end
+    monkeypatch.setattr(compile_next, "start", lambda *args: calls.append(args) or Started("started", running))
     parser = SimpleNamespace(dump=lambda config, skip_none: f"dumped {config.as_dict()}")
     config = Namespace(model=Namespace(lr=0.1), trainer=Namespace(callbacks=[Namespace(class_path="__main__.Timer")]))
     callback = CompileForNextRun(parser, config)
@@ -94,6 +122,11 @@ def test_the_callback_starts_it_once_at_the_first_step_of_a_cold_run_only(cold, 
     assert len(calls) == (1 if cold else 0)
     printed = capsys.readouterr().out  # printed: the quiet display hides Lightning's info messages
     assert ("capture auto: CUDA graphs for this run" in printed and "; started." in printed) == cold
+    callback.on_fit_end(trainer, module)  # the run ends before the background fit: it says so
+    assert ("(process 77) is still running" in capsys.readouterr().out) == cold
+    running.poll = lambda: 0
+    callback.on_fit_end(trainer, module)
+    assert capsys.readouterr().out == ""
     if cold:
         signature, text, options = calls[0]
         assert signature == "sig" and "--trainer.max_steps=104" in options
