@@ -58,6 +58,7 @@ from benchmarks.common import device_name, versions  # noqa: E402
 from benchmarks.engines import sync  # noqa: E402
 from benchmarks.fit import full_run_capture  # noqa: E402
 from units_lightning.cli import main as units_lightning  # noqa: E402
+from units_lightning.cli.compile_next import CompileForNextRun  # noqa: E402
 
 IMPORTED = time.perf_counter()
 
@@ -131,8 +132,8 @@ class PhaseTimer(Callback):
     def on_train_end(self, trainer, pl_module) -> None:
         self.record.steps = trainer.global_step
         self.record.capture = steps_ran(getattr(getattr(pl_module, "engine", None), "capture", None), pl_module.device)
-        said = [getattr(c, "started", None) for c in trainer.callbacks if type(c).__name__ == "CompileForNextRun"]
-        self.record.for_next_run = next((text for text in said if text), "")
+        said = (c.started for c in trainer.callbacks if isinstance(c, CompileForNextRun) and c.started)
+        self.record.for_next_run = next(said, "")
         self.record.train_end = self._now(pl_module)
         if not self.record.marks or self.record.marks[-1][0] != self.record.steps:
             self.record.marks.append((self.record.steps, self.record.train_end))

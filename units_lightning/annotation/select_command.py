@@ -39,8 +39,17 @@ if TYPE_CHECKING:
 __all__ = ["default_acquisition", "select_main", "select_parser"]
 
 # Sections of a fit config that select does not use (the trainer, the CLI's own options).
-_NOT_USED = ("trainer", "seed_everything", "optimizer", "lr_scheduler", "prediction", "collapse", "dashboard_callbacks")
-_NOT_USED += ("compile_for_next_run", "progress")
+_NOT_USED = (
+    "trainer",
+    "seed_everything",
+    "optimizer",
+    "lr_scheduler",
+    "prediction",
+    "collapse",
+    "dashboard_callbacks",
+    "compile_for_next_run",
+    "progress",
+)
 
 
 def select_parser() -> ArgumentParser:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -28,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
         del sys.argv[1:]  # the fit reads its arguments from the list below, not this command line
     signature, config, *options = argv
     folder = records_directory()
-    root = next((o.split("=", 1)[1] for o in options if o.startswith("--trainer.default_root_dir=")), None)
+    root = tempfile.mkdtemp(prefix=f"units-lightning-compile-{signature}-")  # the fit's files, removed after it
+    options = [f"--trainer.default_root_dir={root}", *options]
     try:
         os.nice(10)
     except (AttributeError, OSError):  # no os.nice (Windows), or not allowed: at the usual priority
@@ -42,8 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException:  # noqa: BLE001 - whatever ends it, the markers below are settled
         traceback.print_exc()
     finally:
-        if root is not None:
-            shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
         if compiled_before(signature):
             print(f"recorded in {compile_cache_directory()} after {time.perf_counter() - started:.1f} s", flush=True)
             Path(config).unlink(missing_ok=True)

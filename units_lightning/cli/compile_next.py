@@ -33,7 +33,6 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -62,12 +61,12 @@ checked (written on another host sharing the cache): a later run starts the comp
 whose process is gone is stale at once (``marker_is_stale``)."""
 
 
-def child_options(warmup_steps: int, device_index: int | None, root: str) -> list[str]:
+def child_options(warmup_steps: int, device_index: int | None) -> list[str]:
     """The options the background fit adds to the run's config: compiled, ``warmup_steps + 4`` steps (the warm-up
     branch and the selecting one each compile in their first step), nothing validated, logged or kept, on the GPU of
-    the run that started it, its files under ``root``.
+    the run that started it (its files go to a temporary folder of its own, ``background_fit``).
 
-    >>> child_options(100, 0, "/tmp/x")[:3]
+    >>> child_options(100, 0)[:3]
     ['--model.capture=compile', '--trainer.max_steps=104', '--trainer.limit_val_batches=0']
     """
     options = [
@@ -76,7 +75,6 @@ def child_options(warmup_steps: int, device_index: int | None, root: str) -> lis
         "--trainer.limit_val_batches=0",
         "--trainer.num_sanity_val_steps=0",
         "--trainer.logger=false",
-        f"--trainer.default_root_dir={root}",
         "--trainer.accelerator=gpu",
         "--trainer.enable_progress_bar=false",
         "--trainer.enable_checkpointing=false",
@@ -172,8 +170,7 @@ class CompileForNextRun(Callback):
             return
         signature = pl_module.compile_signature()
         warmup = getattr(getattr(pl_module, "sampler", None), "warmup_steps", 0) or 0
-        root = Path(tempfile.gettempdir()) / f"units-lightning-compile-{signature[0]}"
-        options = child_options(int(warmup), pl_module.device.index, str(root))
+        options = child_options(int(warmup), pl_module.device.index)
         config = copy.deepcopy(self.config)
         # The run's own callbacks (checkpoints, a benchmark's timers, one defined in a script's __main__, which another
         # process cannot import) take no part in what compiles.
