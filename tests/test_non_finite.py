@@ -154,3 +154,37 @@ def test_skips_counted_on_the_device_are_in_every_checkpoint(tmp_path):
     with torch.serialization.safe_globals([PoisonedLoss]):  # the test's loss is among the saved hyperparameters
         last = load_checkpoint(tmp_path / "ckpt" / "epoch=0-step=5.ckpt")
     assert last["label_ledger"]["skipped_steps"] == 1 and model.ledger.skipped_steps == 1
+
+
+def test_the_flag_marks_any_inf_or_nan_and_leaves_every_value_as_it_is():
+    from units_lightning.callbacks.non_finite import non_finite_flag
+
+    one = torch.ones(())
+    grads = [torch.tensor([0.5, -0.0, 3e38]), torch.tensor([[1.0, -2.0]], dtype=torch.float64)]
+    copies = [g.clone() for g in grads]
+    assert non_finite_flag(grads, one).item() == 0.0 and non_finite_flag([], one).item() == 0.0
+    assert all(torch.equal(g, c) and g.signbit().equal(c.signbit()) for g, c in zip(grads, copies, strict=True))
+    for bad in (float("inf"), float("-inf"), float("nan")):
+        flag = non_finite_flag([*grads, torch.tensor([1.0, bad])], one)
+        assert flag.dtype == torch.float32 and flag.shape == () and flag.item() == 1.0
+
+
+def test_skips_counted_on_the_device_are_read_without_a_logging_step(tmp_path, monkeypatch):
+    """A run that logs rarely still moves its skips into the ledger: after ``_SETTLE_AFTER`` steps, and at the end."""
+    from units_lightning.callbacks import non_finite
+
+    monkeypatch.setattr(non_finite, "_SETTLE_AFTER", BAD_STEP + 2)
+    model, _, poison, data = fit(tmp_path, "grad", fused=True)
+    seen = []
+
+    class Ledger(pl.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            seen.append(pl_module.ledger.skipped_steps)
+
+    trainer = tiny_trainer(tmp_path, max_steps=5, callbacks=[poison, Ledger()], log_every_n_steps=1000)
+    with pytest.warns(UserWarning, match=r"non-finite gradients .* at step 2: the step was skipped"):
+        trainer.fit(model, data)
+    assert seen == [0, 0, 0, 1, 1]  # read after the 4th step (the cap), not at a logging step
+    assert model.ledger.skipped_steps == 1 and model.ledger.skipped_query_sets == 2
+    assert not torch.equal(poison.before[0], poison.next[0])
+    assert torch.equal(poison.before[0], poison.after[0])

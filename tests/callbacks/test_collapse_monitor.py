@@ -161,3 +161,20 @@ def test_window_zero_switches_the_check_off_and_bad_settings_are_refused():
         CollapseMonitor(vacuity_margin=0.5)
     with pytest.raises(ValueError, match=r"chance_margin must be an accuracy margin in \[0, 1\], got 2"):
         CollapseMonitor(chance_margin=2)
+
+
+def test_window_sums_leave_out_non_finite_steps_in_both_forms():
+    """One batch of sums where the steps' shapes agree, one per step where they do not (a trimmed last step): the
+    same sums, non-finite steps left out."""
+    from units_lightning.callbacks.collapse_monitor import window_sums
+
+    def step(right, vacuity):
+        return torch.tensor(right), torch.tensor(vacuity)
+
+    same = [step([[True, False]], [[0.5, 0.25]]), step([[True, True]], [[float("nan"), 0.0]]),
+            step([[False, True]], [[1.0, 0.5]])]  # fmt: skip
+    assert window_sums(same).tolist() == [2.0, 2.25, 4.0]
+    none = (torch.zeros(0, 2, dtype=torch.bool), torch.zeros(0, 2))  # a step that labeled nothing
+    ragged = [*same, step([[True, True], [True, False]], [[0.0, 0.0], [0.25, 0.25]]), none]
+    assert window_sums(ragged).tolist() == [5.0, 2.75, 8.0]
+    assert window_sums([none, none]).tolist() == [0.0, 0.0, 0.0]

@@ -74,3 +74,32 @@ def test_an_epoch_that_ran_no_batch_logs_nothing_and_warns_nothing():
         warnings.simplefilter("error")
         monitor.finish(module, "train")
     module.log.assert_not_called()
+
+
+def test_held_training_steps_give_the_values_of_a_check_per_step(monkeypatch):
+    """Training steps' beliefs go into the check in batches (``_HELD_STEPS``, and at the epoch's end, where a
+    trimmed step's other shape is checked alone): the logged values are those of one update per step."""
+    from units_lightning.callbacks import theorem_one
+    from units_lightning.metrics import TheoremOneCheck
+
+    monkeypatch.setattr(theorem_one, "_HELD_STEPS", 4)
+    generator = torch.Generator().manual_seed(0)
+    steps = []
+    for tasks, queries in [(2, 5)] * 9 + [(1, 3)]:  # the last one trimmed by a label budget
+        evidence = torch.rand(tasks, queries, 5, generator=generator) * 9
+        beliefs = query_beliefs(evidence, torch.zeros(tasks, queries).long())
+        broken = 2.0 * (len(steps) == 6)
+        steps.append({"incorrect_belief": beliefs.incorrect, "dissonance": beliefs.dissonance + broken})
+    expected = TheoremOneCheck()
+    for step in steps:
+        expected.update(step["incorrect_belief"], step["dissonance"])
+    monitor = TheoremOneMonitor()
+    module = SimpleNamespace(device=torch.device("cpu"), log_dict=Mock())
+    monitor.start(module, "train")
+    for step in steps:
+        monitor.update("train", step)
+    monitor.finish(module, "train")
+    holds, margin = expected.compute()
+    assert 0 < holds < 1  # step 6 broke the bound on purpose, so both values say something
+    logged = module.log_dict.call_args.args[0]
+    assert logged == {"train/theorem1_holds": float(holds), "train/theorem1_margin": float(margin)}

@@ -3,6 +3,7 @@ option gets it out (``collapse_diagnosis``)."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import lightning.pytorch as pl
@@ -89,6 +90,20 @@ def collapse_diagnosis(frozen: bool, loss: Any, eta: float, n_way: int) -> str:
     )
 
 
+def window_sums(steps: list[tuple[Tensor, Tensor]]) -> Tensor:
+    """(correct queries, vacuity sum, queries) over the steps whose sums are finite, from each step's (correct,
+    vacuity) of its queries; a (3,) float tensor on their device. One batch of kernels where the steps' shapes agree
+    (every step but a label budget's trimmed last one), else one per step."""
+    if len({correct.shape for correct, _ in steps}) == 1:
+        correct = torch.stack([c for c, _ in steps]).flatten(1).float()
+        vacuity = torch.stack([v for _, v in steps]).flatten(1).float()
+        sums = torch.stack([correct.sum(1), vacuity.sum(1), vacuity.new_full((len(steps),), vacuity.shape[1])], 1)
+    else:
+        count = partial(torch.full, (), dtype=torch.float, device=steps[0][1].device)  # a fill: no copy from the host
+        sums = torch.stack([torch.stack([c.sum().float(), v.float().sum(), count(v.numel())]) for c, v in steps])
+    return torch.where(sums.isfinite().all(1, keepdim=True), sums, 0.0).sum(0)
+
+
 class CollapseMonitor(Callback):
     """Warn once when training looks collapsed: over ``window`` consecutive training steps the labeled queries
     are classified at chance (within ``chance_margin`` of ``1 / n_way``) while their mean vacuity stays near 0
@@ -105,10 +120,10 @@ class CollapseMonitor(Callback):
     ``diagnosis`` for the fit summary and printed again when the fit ends, after the progress output that may have
     buried the warning.
 
-    Reads ``correct``, ``vacuity`` and ``eta`` of ``UnitsMAML``'s training step outputs (``TrainStepOutput``) and
-    sums them on their device: the sums are read back once per window, not at every step. Steps whose values are
-    not finite (skipped steps) are left out of the sums. Under data-parallel training each rank sums its own
-    queries and rank 0 warns. The ``units-lightning`` command adds one to every run (``--collapse.window``,
+    Reads ``correct``, ``vacuity`` and ``eta`` of ``UnitsMAML``'s training step outputs (``TrainStepOutput``), holds
+    each step's until the window is full and sums them there on their device (``window_sums``): one reduction and
+    one read per window, nothing per step. Steps whose values are not finite (skipped steps) are left out of the
+    sums. Under data-parallel training each rank sums its own queries and rank 0 warns. The ``units-lightning`` command adds one to every run (``--collapse.window``,
     ``--collapse.chance_margin``, ``--collapse.vacuity_margin``); from Python add it to the trainer's callbacks.
 
     Args:
@@ -139,12 +154,11 @@ class CollapseMonitor(Callback):
         self.warning: str | None = None
         self.diagnosis: str | None = None
         self.step: int | None = None
-        self._sums: Tensor | None = None  # correct queries, vacuity sum, queries: over the window's finite steps
-        self._steps = 0
+        self._held: list[tuple[Tensor, Tensor]] = []  # the window's steps so far: (correct, vacuity) of their queries
         self._first_step = 0
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.warning, self.diagnosis, self.step, self._sums, self._steps = None, None, None, None, 0
+        self.warning, self.diagnosis, self.step, self._held = None, None, None, []
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -152,17 +166,14 @@ class CollapseMonitor(Callback):
         if self.window == 0 or self.warning is not None:
             return
         values = step_values(outputs, ("correct", "vacuity", "eta"), type(self).__name__)
-        correct, vacuity = values["correct"].detach(), values["vacuity"].detach().float()
-        step = torch.stack([correct.sum().float(), vacuity.sum(), torch.ones_like(vacuity).sum()])
-        step = torch.where(step.isfinite().all(), step, torch.zeros_like(step))  # no device-to-host read
-        if self._steps == 0:
-            self._sums, self._first_step = torch.zeros_like(step), trainer.global_step - 1
-        self._sums = self._sums + step
-        self._steps += 1
-        if self._steps < self.window:
+        if not self._held:
+            self._first_step = trainer.global_step - 1
+        # Held, not summed, until the window is full: one reduction a window instead of a dozen kernels a step.
+        self._held.append((values["correct"].detach(), values["vacuity"].detach()))
+        if len(self._held) < self.window:
             return
-        right, vacuity_sum, queries = self._sums.tolist()  # one read per window
-        self._sums, self._steps = None, 0
+        held, self._held = self._held, []
+        right, vacuity_sum, queries = window_sums(held).tolist()  # one read per window
         if queries == 0:  # every step of the window was non-finite: counted as skipped steps instead
             return
         n_way = self.n_way if self.n_way is not None else getattr(pl_module, "n_way", None)

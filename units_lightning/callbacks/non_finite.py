@@ -17,6 +17,21 @@ from units_lightning.collectives import sum_over_ranks
 __all__ = ["NonFiniteGuard"]
 
 _ADVICE = "lower model.lr, model.inner_lr or the peak of model.eta"
+_SETTLE_AFTER = 1000
+"""Steps after which skips counted on the device are read back even where no logging step came (a run that logs
+rarely): what is held per step until then is two scalars on the device."""
+
+
+def non_finite_flag(tensors: list[Tensor], one: Tensor) -> Tensor:
+    """A 0-d float32 tensor on ``one``'s device: 1 where any entry of ``tensors`` is inf or nan, else 0.
+
+    One fused kernel over all of them (``torch.amp.GradScaler``'s check, unscaling by ``one``, which leaves every
+    value as it is), and nothing read back: the flag can go to a fused optimizer as ``found_inf``.
+    """
+    flag = torch.zeros((), dtype=torch.float32, device=one.device)
+    if tensors:
+        torch._amp_foreach_non_finite_check_and_unscale_(tensors, flag, one)
+    return flag
 
 
 class NonFiniteGuard(Callback):
@@ -30,8 +45,8 @@ class NonFiniteGuard(Callback):
 
     * a fused optimizer (``UnitsMAML`` uses fused Adam on CUDA) takes the decision on the device: the finiteness flag
       goes to the optimizer as ``found_inf``, as ``torch.amp.GradScaler`` does, and the fused kernel leaves weights
-      and state alone when it is set. Nothing is read back per step: the skipped steps are counted on the device and
-      read at the logging steps (``log_every_n_steps``), at checkpoints and at the end of training;
+      and state alone when it is set. Nothing is read back per step: the steps' flags stay on the device and are
+      read together at the logging steps (``log_every_n_steps``), at checkpoints and at the end of training;
     * any other optimizer (Adam on the CPU, where a read costs nothing): one device-to-host read of one bool per
       step, and a skipped step's gradients are set to None.
 
@@ -49,58 +64,51 @@ class NonFiniteGuard(Callback):
         self._reset()
 
     def _reset(self) -> None:
-        self._loss: Tensor | None = None  # of the optimizer step being taken
-        self._finite: Tensor | None = None
-        # Counted on the device (fused optimizers): skipped steps, their query sets and the first one's step and loss.
-        self._pending: Tensor | None = None
+        self._losses: list[Tensor] = []  # of the optimizer step being taken (one per micro-batch)
+        # Skipped steps counted on the device (fused optimizers): per step its number, its non-finite flag, its
+        # losses (copied: a step replayed as a CUDA graph overwrites its loss at the next replay) and query sets.
+        self._pending: list[tuple[int, Tensor, Tensor | None, int]] = []
+        self._one: Tensor | None = None
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._reset()
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Tensor) -> None:
-        # Every (micro-)batch of the coming optimizer step must be finite; kept on the device, not read here.
-        finite = torch.isfinite(loss.detach())
-        self._finite = finite if self._finite is None else self._finite & finite
-        self._loss = loss.detach()
+        self._losses.append(loss.detach())  # every (micro-)batch of the coming optimizer step must be finite
 
     def on_before_optimizer_step(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
         grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-        finite = self._finite if self._finite is not None else torch.ones((), dtype=torch.bool)
-        if grads:  # the largest magnitude of each gradient: inf or nan where any entry is
-            largest = torch.stack(torch._foreach_norm(grads, float("inf")))
-            finite = finite.to(largest.device) & largest.isfinite().all()
-        if trainer.world_size > 1:
-            finite = sum_over_ranks((~finite).float(), trainer.strategy) == 0  # queued: no barrier, no wait
-        loss, self._loss, self._finite = self._loss, None, None
+        losses = torch.stack([loss.reshape(()) for loss in self._losses]) if self._losses else None
+        self._losses = []
+        device = grads[0].device if grads else losses.device if losses is not None else pl_module.device
+        if self._one is None or self._one.device != device:
+            self._one = torch.ones((), dtype=torch.float32, device=device)
+        flag = non_finite_flag([*grads, *([losses] if losses is not None else [])], self._one)
+        if trainer.world_size > 1:  # 1 on every rank where any rank saw a non-finite value
+            flag = sum_over_ranks(flag, trainer.strategy).clamp_(max=1)  # queued: no barrier, no wait
+        loss = losses[-1] if losses is not None else None
         if self.mode == "skip" and optimizer.defaults.get("fused"):
-            self._skip_on_device(trainer, pl_module, optimizer, finite, loss)
+            self._skip_on_device(trainer, pl_module, optimizer, flag, loss)
         else:
-            self._skip_on_host(trainer, pl_module, optimizer, bool(finite), loss)  # the one read of the check
+            self._skip_on_host(trainer, pl_module, optimizer, not bool(flag), loss)  # the one read of the check
 
     def _skip_on_device(
         self,
         trainer: pl.Trainer,
         pl_module: pl.LightningModule,
         optimizer: torch.optim.Optimizer,
-        finite: Tensor,
+        flag: Tensor,
         loss: Tensor | None,
     ) -> None:
-        skipped = (~finite).to(torch.float32).reshape(1)
-        optimizer.found_inf = skipped[0]  # the fused kernel applies nothing, and undoes its step count, when set
-        spent = pl_module.ledger.close_step(applied=True)  # this step's labels; counted as skipped below if it was
-        if self._pending is None:  # skipped steps, their query sets; the first one's step, loss and query sets
-            self._pending = torch.zeros(5, device=skipped.device)
-            self._pending[2:4] = float("nan")
-        loss_value = loss.float().reshape(1) if loss is not None else torch.full_like(skipped, float("nan"))
-        step = torch.full_like(skipped, float(trainer.global_step))  # a fill: torch.tensor would wait for the GPU
-        counted = self._pending[:2] + torch.cat([skipped, skipped * spent])
-        first = torch.cat([step, loss_value, skipped * spent])
-        is_first = self._pending[2].isnan() & (skipped[0] > 0)
-        self._pending = torch.cat([counted, torch.where(is_first, first, self._pending[2:])])
+        optimizer.found_inf = flag  # the fused kernel applies nothing, and undoes its step count, when it is 1
+        spent = pl_module.ledger.close_step(applied=True)  # this step's labels; counted as skipped at settle if it was
+        self._pending.append((trainer.global_step, flag, loss, spent))
         if logging_step(trainer):
             self.settle(trainer, pl_module)
+        elif len(self._pending) >= _SETTLE_AFTER:
+            self.settle(trainer, pl_module, log=False)
 
     def _skip_on_host(
         self,
@@ -127,21 +135,24 @@ class NonFiniteGuard(Callback):
             _warn_first(what, loss, trainer.global_step, spent)
 
     def settle(self, trainer: pl.Trainer, pl_module: pl.LightningModule, log: bool = True) -> None:
-        """Move the skipped steps counted on the device into the ledger (one read), log their count (with ``log``, at
-        a logging step), warn the first time. Called at logging steps, before checkpoints and at the end of training
-        (hooks where Lightning allows no logging)."""
-        if self._pending is None:
+        """Move the skipped steps counted on the device into the ledger (one read of the pending steps' flags), log
+        their count (with ``log``, at a logging step), warn the first time. Called at logging steps, every
+        ``_SETTLE_AFTER`` steps, before checkpoints and at the end of training (hooks where Lightning allows no
+        logging)."""
+        if not self._pending:
             return
-        steps, query_sets, first_step, first_loss, first_sets = self._pending.tolist()
-        self._pending = None
+        pending, self._pending = self._pending, []
+        flags = torch.stack([flag for _, flag, _, _ in pending]).tolist()
+        skipped = [entry for entry, flag in zip(pending, flags, strict=True) if flag]
         ledger = pl_module.ledger
         before = ledger.skipped_steps
-        ledger.record_skipped(int(steps), int(query_sets))
+        ledger.record_skipped(len(skipped), sum(spent for *_, spent in skipped))
         if log and logging_step(trainer):
             pl_module.log(keys.TRAIN_SKIPPED_STEPS, float(ledger.skipped_steps), on_step=True, on_epoch=False)
-        if before == 0 and ledger.skipped_steps > 0:
-            what = "gradients" if torch.isfinite(torch.tensor(first_loss)) else "meta-loss"
-            _warn_first(what, torch.tensor(first_loss), int(first_step), int(first_sets))
+        if before == 0 and skipped:
+            step, _, loss, spent = skipped[0]
+            what = "meta-loss" if loss is not None and not bool(torch.isfinite(loss)) else "gradients"
+            _warn_first(what, loss, step, spent)
 
     def on_save_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
