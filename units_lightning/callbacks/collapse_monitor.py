@@ -123,8 +123,9 @@ class CollapseMonitor(Callback):
     Reads ``correct``, ``vacuity`` and ``eta`` of ``UnitsMAML``'s training step outputs (``TrainStepOutput``), holds
     each step's until the window is full and sums them there on their device (``window_sums``): one reduction and
     one read per window, nothing per step. Steps whose values are not finite (skipped steps) are left out of the
-    sums. Under data-parallel training each rank sums its own queries and rank 0 warns. The ``units-lightning`` command adds one to every run (``--collapse.window``,
-    ``--collapse.chance_margin``, ``--collapse.vacuity_margin``); from Python add it to the trainer's callbacks.
+    sums. Under data-parallel training each rank sums its own queries and rank 0 warns. The ``units-lightning``
+    command adds one to every run (``--collapse.window``, ``--collapse.chance_margin``, ``--collapse.vacuity_margin``);
+    from Python add it to the trainer's callbacks.
 
     Args:
         window: consecutive training steps the collapse must last before the warning (0: never check).
