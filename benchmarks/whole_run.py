@@ -21,7 +21,11 @@ every ``--block`` steps, around each validation and at the ends of training. It 
 - under ``compile_ahead``, how many compiled functions were loaded from the cache, compiled here, or compiled as usual
   (where torch could not compile them ahead);
 - how the steps ran (CUDA graphs, compiled, eager), and whether the run started compiling itself for the next run
-  (``units_lightning.cli.compile_next``: a first budget run on a GPU).
+  (``units_lightning.cli.compile_next``: a first budget run on a GPU);
+- with ``--hooks N``, the host's time a training step in each of the N costliest Lightning hooks and actions that run
+  at every step (Lightning's ``SimpleProfiler``, which adds a little host work of its own). On a GPU the kernels run
+  behind the host, so these are what the host spends to launch a step: where their sum exceeds the step's GPU time
+  (``benchmarks/step_profile.py``), the host bounds the step and these say where.
 
 With ``--steps N`` shorter than the config's run, the full run is projected from those parts: the one-off costs,
 the steady rate of each phase times its steps in the full run, and the full run's validations. On CUDA the run
@@ -80,6 +84,7 @@ class Record:
     steps: int = 0
     capture: str = ""  # how the steps ran (``steps_ran``)
     for_next_run: str = ""  # what CompileForNextRun said (empty where it did nothing)
+    hooks: list[tuple[str, float]] = field(default_factory=list)  # (action, host ms a step), costliest first
 
 
 RECORDS: list[Record] = []
@@ -134,9 +139,21 @@ class PhaseTimer(Callback):
         self.record.capture = steps_ran(getattr(getattr(pl_module, "engine", None), "capture", None), pl_module.device)
         said = (c.started for c in trainer.callbacks if isinstance(c, CompileForNextRun) and c.started)
         self.record.for_next_run = next(said, "")
+        self.record.hooks = per_step_actions(getattr(trainer, "profiler", None), trainer.global_step)
         self.record.train_end = self._now(pl_module)
         if not self.record.marks or self.record.marks[-1][0] != self.record.steps:
             self.record.marks.append((self.record.steps, self.record.train_end))
+
+
+def per_step_actions(profiler: object, steps: int) -> list[tuple[str, float]]:
+    """(action, host milliseconds per training step) of a ``SimpleProfiler``'s actions that ran at about every step
+    (at least 90% as many times as there were steps, at most twice as many), costliest first; empty for any other
+    profiler or before a step."""
+    durations = getattr(profiler, "recorded_durations", None)
+    if not isinstance(durations, dict) or steps <= 0:
+        return []
+    rows = [(name, 1000 * sum(d) / steps) for name, d in durations.items() if 0.9 * steps <= len(d) <= 2 * steps]
+    return sorted(rows, key=lambda row: -row[1])
 
 
 def _blocks(record: Record) -> Iterator[tuple[int, int, float]]:
@@ -290,6 +307,9 @@ def main(argv: list[str] | None = None) -> dict[str, float | None]:
     parser.add_argument("--steps", type=int, help="stop after this many steps and project the full run")
     parser.add_argument("--block", type=int, default=100, help="steps between synchronised marks")
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument(
+        "--hooks", type=int, default=0, metavar="N", help="list the N hooks that cost the host most a step (profiled)"
+    )
     args, passed = parser.parse_known_args(argv)
     config = yaml.safe_load(Path(args.config).read_text())
     device = (
@@ -299,6 +319,8 @@ def main(argv: list[str] | None = None) -> dict[str, float | None]:
     BLOCK = args.block
     timer = f"{PhaseTimer.__module__}.PhaseTimer"  # this module, as a script (__main__) or imported
     command = ["fit", "--config", args.config, *passed, f"--trainer.callbacks+={timer}"]
+    if args.hooks:
+        command += ["--trainer.profiler", "simple"]
     if args.steps is not None:
         command += ["--trainer.max_steps", str(args.steps)]
         capture = full_run_capture(config, device, passed)
@@ -329,9 +351,16 @@ def main(argv: list[str] | None = None) -> dict[str, float | None]:
         **ahead_counts(),
     }
     print(_table(figures))
+    if args.hooks:
+        print(_hooks_table(record.hooks[: args.hooks], record.steps))
     if args.json:
         Path(args.json).write_text(json.dumps({**figures, "record": asdict(record)}, indent=1))
     return figures
+
+
+def _hooks_table(hooks: list[tuple[str, float]], steps: int) -> str:
+    lines = ["", f"host ms a training step, per hook ({steps:,} steps, SimpleProfiler)", "", "| hook | ms a step |"]
+    return "\n".join([*lines, "|---|---|", *(f"| {name} | {ms:.3f} |" for name, ms in hooks)])
 
 
 def _accelerator(config: dict, passed: list[str]) -> str | None:

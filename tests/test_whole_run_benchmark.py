@@ -85,9 +85,9 @@ def test_a_tiny_quick_start_is_timed_and_projected(tmp_path, capsys, monkeypatch
     monkeypatch.setattr("units_lightning.engines.ahead.COUNTS", Counter())  # this run's, as in its own process
     out = tmp_path / "figures.json"
     figures = whole_run.main(
-        ["--config", str(QUICKSTART), "--steps", "12", "--block", "2", "--json", str(out), *TINY_QUICKSTART,
-         "--data.sampler.init_args.warmup_steps=4", "--trainer.limit_train_batches=6", "--trainer.max_epochs=4",
-         f"--trainer.default_root_dir={tmp_path}"]
+        ["--config", str(QUICKSTART), "--steps", "12", "--block", "2", "--json", str(out), "--hooks", "3",
+         *TINY_QUICKSTART, "--data.sampler.init_args.warmup_steps=4", "--trainer.limit_train_batches=6",
+         "--trainer.max_epochs=4", f"--trainer.default_root_dir={tmp_path}"]
     )  # fmt: skip
     assert figures["steps"] == 12 and figures["full_steps"] == 24  # 4 epochs of 6 steps
     assert figures["warmup_step_ms"] > 0 and figures["scoring_step_ms"] > 0
@@ -100,6 +100,12 @@ def test_a_tiny_quick_start_is_timed_and_projected(tmp_path, capsys, monkeypatch
     assert saved["record"]["marks"][0][0] == 0 and saved["record"]["marks"][-1][0] == 12
     printed = capsys.readouterr().out
     assert "full run projected (4 validations)" in printed
+    # --hooks: the host's time a step in the costliest per-step hooks, from Lightning's SimpleProfiler
+    hooks = saved["record"]["hooks"]
+    assert "[Strategy]SingleDeviceStrategy.training_step" in dict(hooks) and all(ms > 0 for _, ms in hooks)
+    assert [ms for _, ms in hooks] == sorted((ms for _, ms in hooks), reverse=True)
+    assert "host ms a training step, per hook (12 steps, SimpleProfiler)" in printed
+    assert printed.count("\n| [") + printed.count("\n| run_") == 3, printed
     assert {"compiler_s", "tracing_s", "backends_s"} <= figures.keys()
     assert "| torch.compile in the run (Dynamo's compile_times): in all / tracing / backends |" in printed
     assert figures["ahead_loaded"] is None and "| compile_ahead: artifacts loaded / compiled here" in printed
@@ -117,6 +123,18 @@ def test_a_tiny_quick_start_is_timed_and_projected(tmp_path, capsys, monkeypatch
         assert (
             imports_row.startswith("| imports (torch, Lightning, this package) |") and (said in imports_row) is not kept
         )
+
+
+def test_per_step_actions_keep_what_ran_at_about_every_step():
+    from types import SimpleNamespace
+
+    profiler = SimpleNamespace(
+        recorded_durations={"step": [0.002] * 10, "fetch": [0.001] * 9, "setup": [1.0], "twice": [0.0005] * 20}
+    )
+    rows = whole_run.per_step_actions(profiler, steps=10)
+    assert [name for name, _ in rows] == ["step", "twice", "fetch"]
+    assert rows[0][1] == pytest.approx(2.0) and rows[1][1] == pytest.approx(1.0) and rows[2][1] == pytest.approx(0.9)
+    assert whole_run.per_step_actions(object(), steps=10) == [] and whole_run.per_step_actions(profiler, 0) == []
 
 
 def test_the_compilers_time_comes_from_dynamos_compile_times(monkeypatch):
