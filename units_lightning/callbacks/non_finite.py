@@ -18,8 +18,8 @@ __all__ = ["NonFiniteGuard"]
 
 _ADVICE = "lower model.lr, model.inner_lr or the peak of model.eta"
 _SETTLE_AFTER = 1000
-"""Steps after which skips counted on the device are read back even where no logging step came (a run that logs
-rarely): what is held per step until then is two scalars on the device."""
+"""Steps after which the flags held on the device are read back even where no logging step came (a run that logs
+rarely): what is held per step until then is its flag and its losses, two tiny tensors on the device."""
 
 
 def non_finite_flag(tensors: list[Tensor], one: Tensor) -> Tensor:
@@ -65,8 +65,8 @@ class NonFiniteGuard(Callback):
 
     def _reset(self) -> None:
         self._losses: list[Tensor] = []  # of the optimizer step being taken (one per micro-batch)
-        # Skipped steps counted on the device (fused optimizers): per step its number, its non-finite flag, its
-        # losses (copied: a step replayed as a CUDA graph overwrites its loss at the next replay) and query sets.
+        # Steps not read yet (fused optimizers): per step its number, its non-finite flag on the device, its last loss
+        # (a copy: a step replayed as a CUDA graph overwrites its loss at the next replay) and its query sets.
         self._pending: list[tuple[int, Tensor, Tensor | None, int]] = []
         self._one: Tensor | None = None
 
@@ -135,7 +135,7 @@ class NonFiniteGuard(Callback):
             _warn_first(what, loss, trainer.global_step, spent)
 
     def settle(self, trainer: pl.Trainer, pl_module: pl.LightningModule, log: bool = True) -> None:
-        """Move the skipped steps counted on the device into the ledger (one read of the pending steps' flags), log
+        """Move the skipped steps among those held into the ledger (one read of their flags from the device), log
         their count (with ``log``, at a logging step), warn the first time. Called at logging steps, every
         ``_SETTLE_AFTER`` steps, before checkpoints and at the end of training (hooks where Lightning allows no
         logging)."""
