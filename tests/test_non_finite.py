@@ -157,7 +157,7 @@ def test_skips_counted_on_the_device_are_in_every_checkpoint(tmp_path):
 
 
 def test_the_flag_marks_any_inf_or_nan_and_leaves_every_value_as_it_is():
-    from units_lightning.callbacks.non_finite import non_finite_flag
+    from units_lightning.callbacks.non_finite import _largest_not_finite, non_finite_flag
 
     one = torch.ones(())
     grads = [torch.tensor([0.5, -0.0, 3e38]), torch.tensor([[1.0, -2.0]], dtype=torch.float64)]
@@ -167,6 +167,9 @@ def test_the_flag_marks_any_inf_or_nan_and_leaves_every_value_as_it_is():
     for bad in (float("inf"), float("-inf"), float("nan")):
         flag = non_finite_flag([*grads, torch.tensor([1.0, bad])], one)
         assert flag.dtype == torch.float32 and flag.shape == () and flag.item() == 1.0
+        # the form for devices without GradScaler's kernel (MPS) says the same
+        assert _largest_not_finite([*grads, torch.tensor([1.0, bad])]).item() == 1.0
+    assert _largest_not_finite(grads).item() == 0.0 and _largest_not_finite(grads).dtype == torch.float32
 
 
 def test_skips_counted_on_the_device_are_read_without_a_logging_step(tmp_path, monkeypatch):

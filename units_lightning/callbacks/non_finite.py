@@ -25,13 +25,22 @@ rarely): what is held per step until then is its flag and its losses, two tiny t
 def non_finite_flag(tensors: list[Tensor], one: Tensor) -> Tensor:
     """A 0-d float32 tensor on ``one``'s device: 1 where any entry of ``tensors`` is inf or nan, else 0.
 
-    One fused kernel over all of them (``torch.amp.GradScaler``'s check, unscaling by ``one``, which leaves every
-    value as it is), and nothing read back: the flag can go to a fused optimizer as ``found_inf``.
+    One fused kernel over all of them on CUDA and the CPU (``torch.amp.GradScaler``'s check, unscaling by ``one``,
+    which leaves every value as it is; elsewhere, e.g. MPS, each tensor's largest magnitude), and nothing read back:
+    the flag can go to a fused optimizer as ``found_inf``.
     """
+    if tensors and one.device.type not in ("cuda", "cpu"):
+        return _largest_not_finite(tensors).to(one.device)
     flag = torch.zeros((), dtype=torch.float32, device=one.device)
     if tensors:
         torch._amp_foreach_non_finite_check_and_unscale_(tensors, flag, one)
     return flag
+
+
+def _largest_not_finite(tensors: list[Tensor]) -> Tensor:
+    """The flag from each tensor's largest magnitude (inf or nan exactly where an entry is): any device."""
+    largest = torch.stack([m.float() for m in torch._foreach_norm(tensors, float("inf"))])
+    return largest.isfinite().all().logical_not().float()
 
 
 class NonFiniteGuard(Callback):
