@@ -3,7 +3,8 @@
 ``.compiling`` marker and its run folder, and leaves ``<signature>.failed`` where the fit did not record the
 signature in the compile cache (no compiler, an error: its log says).
 
-A module of its own: it runs the command line (``cli.dispatch``), which imports ``compile_next``.
+A module of its own: it runs the command line (``cli.dispatch``), which imports ``compile_next``; its files are
+``compile_next.files_of``'s.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import time
 import traceback
 from pathlib import Path
 
-from units_lightning.compile_cache import compile_cache_directory, compiled_before, records_directory
+from units_lightning.cli.compile_next import files_of
+from units_lightning.compile_cache import compile_cache_directory, compiled_before
 
 __all__ = ["main"]
 
@@ -28,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
         argv = sys.argv[1:]
         del sys.argv[1:]  # the fit reads its arguments from the list below, not this command line
     signature, config, *options = argv
-    folder = records_directory()
+    files = files_of(signature)
     root = tempfile.mkdtemp(prefix=f"units-lightning-compile-{signature}-")  # the fit's files, removed after it
     options = [f"--trainer.default_root_dir={root}", *options]
     try:
@@ -49,10 +51,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"recorded in {compile_cache_directory()} after {time.perf_counter() - started:.1f} s", flush=True)
             Path(config).unlink(missing_ok=True)
         else:
-            (folder / f"{signature}.failed").write_text(
+            files.failed.write_text(
                 "the background fit ended without recording this signature: see the .log beside this file\n"
             )
-        (folder / f"{signature}.compiling").unlink(missing_ok=True)
+        files.compiling.unlink(missing_ok=True)
     return 0
 
 

@@ -48,6 +48,7 @@ __all__ = [
     "CompileForNextRun",
     "Started",
     "child_options",
+    "files_of",
     "marker_is_stale",
     "start",
 ]
@@ -87,6 +88,21 @@ def child_options(warmup_steps: int, device_index: int | None) -> list[str]:
     return options
 
 
+class Files(NamedTuple):
+    """A background fit's files in the records folder, named by its signature (the module says what each holds)."""
+
+    config: Path
+    log: Path
+    compiling: Path
+    failed: Path
+
+
+def files_of(signature: str, environment: dict[str, str] | None = None) -> Files:
+    """The files of ``signature``'s background fit: what ``start`` writes and ``background_fit`` settles."""
+    folder = records_directory(environment)
+    return Files(*(folder / f"{signature}.{suffix}" for suffix in ("yaml", "log", "compiling", "failed")))
+
+
 class Started(NamedTuple):
     """What ``start`` did: a sentence for the run's log, and the process it started (None where it started none)."""
 
@@ -116,11 +132,10 @@ def marker_is_stale(marker: Path, now: float | None = None) -> bool:
 def start(signature: str, config_text: str, options: list[str], environment: dict[str, str] | None = None) -> Started:
     """Start the background fit of ``signature`` (``python -m units_lightning.cli.background_fit``), unless one runs or
     failed."""
-    folder = records_directory(environment)
-    failed, marker = folder / f"{signature}.failed", folder / f"{signature}.compiling"
+    config, log, marker, failed = files_of(signature, environment)
     if failed.is_file():
         return Started(f"an earlier background compile of this run failed ({failed}; delete it to try again)")
-    folder.mkdir(parents=True, exist_ok=True)
+    marker.parent.mkdir(parents=True, exist_ok=True)
     try:
         descriptor = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
     except FileExistsError:
@@ -128,7 +143,6 @@ def start(signature: str, config_text: str, options: list[str], environment: dic
             return Started(f"another process compiles this run for the next one ({marker})")
         marker.unlink(missing_ok=True)  # left by a process that did not end cleanly
         descriptor = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    config, log = folder / f"{signature}.yaml", folder / f"{signature}.log"
     config.write_text(config_text)
     env = dict(os.environ if environment is None else environment)
     package_root = str(Path(__file__).resolve().parents[2])  # the child imports this copy of the package
