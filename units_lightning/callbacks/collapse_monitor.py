@@ -3,7 +3,6 @@ option gets it out (``collapse_diagnosis``)."""
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 import lightning.pytorch as pl
@@ -99,8 +98,12 @@ def window_sums(steps: list[tuple[Tensor, Tensor]]) -> Tensor:
         vacuity = torch.stack([v for _, v in steps]).flatten(1).float()
         sums = torch.stack([correct.sum(1), vacuity.sum(1), vacuity.new_full((len(steps),), vacuity.shape[1])], 1)
     else:
-        count = partial(torch.full, (), dtype=torch.float, device=steps[0][1].device)  # a fill: no copy from the host
-        sums = torch.stack([torch.stack([c.sum().float(), v.float().sum(), count(v.numel())]) for c, v in steps])
+        sums = torch.stack(  # new_full: a fill on the device, no copy from the host
+            [
+                torch.stack([c.sum().float(), v.float().sum(), v.new_full((), v.numel(), dtype=torch.float)])
+                for c, v in steps
+            ]
+        )
     return torch.where(sums.isfinite().all(1, keepdim=True), sums, 0.0).sum(0)
 
 
