@@ -10,7 +10,8 @@ bound by the host; one whose wall time is its GPU time, by the kernels.
     python benchmarks/step_profile.py --root <omniglot> --configs omniglot_20w1s -- --model.capture compile
 
 Options after ``--`` go to each config's ``fit`` (the second line profiles the compiled step). The GPU time is also
-split by kernel family (``kernel_family``): convolutions and matrix products, Triton (compiled), reductions, the rest.
+split by kernel family (``kernel_family``): convolutions and matrix products, cuDNN's layout conversions, Triton
+(compiled) reductions and pointwise kernels, PyTorch's reductions, the rest.
 """
 
 from __future__ import annotations
@@ -60,12 +61,19 @@ def kernels(fn: Callable[[], object], repeats: int, rows: int) -> str:
 
 
 def kernel_family(name: str) -> str:
-    """A kernel's family by its name: convolutions and matrix products (cuDNN, cuBLAS, CUTLASS), kernels that
-    ``torch.compile`` generated (Triton), PyTorch's own reductions, and the rest (elementwise, copies)."""
+    """A kernel's family by its name: convolutions and matrix products (cuDNN, cuBLAS, CUTLASS, FFT convolutions),
+    cuDNN's conversions between the NCHW layout and the NHWC one its kernels use, the kernels that ``torch.compile``
+    generated (Triton: reductions, the batch norm's statistics among them, apart from pointwise ones), PyTorch's own
+    reductions, and the rest (elementwise, copies)."""
     lowered = name.lower()
+    if lowered.startswith(("triton_red", "triton_per")):
+        return "triton reduction"
     if lowered.startswith("triton"):
-        return "triton"
-    if any(word in lowered for word in ("conv", "cudnn", "xmma", "gemm", "cutlass", "wgrad", "dgrad", "sm80", "sm90")):
+        return "triton pointwise"
+    if any(word in lowered for word in ("nchwtonhwc", "nhwctonchw", "converttensor")):
+        return "layout"
+    convolution = ("conv", "cudnn", "xmma", "gemm", "cutlass", "wgrad", "dgrad", "sm80", "sm90", "fft", "flip_filter")
+    if any(word in lowered for word in convolution):
         return "conv/gemm"
     if "reduce" in lowered:
         return "reduction"

@@ -8,11 +8,16 @@ from benchmarks.step_profile import kernel_family
 @pytest.mark.parametrize(
     ("name", "family"),
     [
-        ("triton_poi_fused_add_addcmul_convolution_leaky_relu_max_pool2d_with_indices_mul_permute_3", "triton"),
+        ("triton_poi_fused_add_addcmul_convolution_leaky_relu_max_pool2d_permute_3", "triton pointwise"),
+        ("triton_red_fused_add_div_expand_mul_slice_sub_sum_unbind_view_176", "triton reduction"),
+        ("triton_per_fused__softmax_sum_12", "triton reduction"),
+        ("void fft2d_r2c_16x16<float>(float2*, float const*, int, int, int, int, int, int, int)", "conv/gemm"),
+        ("void flip_filter<float, float>(float*, float const*, int, int, int, int)", "conv/gemm"),
+        ("void cudnn::engines_precompiled::convertTensor_kernel<float, float, float>", "layout"),
         ("void cutlass__5x_cudnn::Kernel<cutlass_tensorop_s1688fprop_optimized_tf32_128x128_16x4_nhwc>", "conv/gemm"),
         ("sm90_xmma_wgrad_indexed_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize64x64x32", "conv/gemm"),
         ("void at::native::(anonymous namespace)::conv_depthwise2d_grad_weight_kernel<float>", "conv/gemm"),
-        ("void cudnn::engines_precompiled::nchwToNhwcKernel<float, float, float, false, true>", "conv/gemm"),
+        ("void cudnn::engines_precompiled::nchwToNhwcKernel<float, float, float, false, true>", "layout"),
         ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::WelfordOps>>", "reduction"),
         ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>", "other"),
         ("void at::native::(anonymous namespace)::max_pool_backward_nchw<float, float, int>", "other"),
