@@ -39,6 +39,7 @@ RESULT = "kernel_count: "  # the child's line of results on its standard output
 def parse_options(text: str) -> dict[str, bool | int | float | str]:
     """``"a=True,b=512"`` as Inductor options, each value of its option's type; an unknown name or a value of the
     wrong type is refused with the reason."""
+    import torch
     import torch._inductor.config as inductor_config
 
     options: dict[str, bool | int | float | str] = {}
@@ -47,7 +48,7 @@ def parse_options(text: str) -> dict[str, bool | int | float | str]:
         if not sep:
             raise SystemExit(f"option {item!r} has no value: write name=value, e.g. aggressive_fusion=True")
         if not hasattr(inductor_config, name):
-            raise SystemExit(f"torch._inductor.config has no option {name!r} (torch {_torch_version()})")
+            raise SystemExit(f"torch._inductor.config has no option {name!r} (torch {torch.__version__})")
         current = getattr(inductor_config, name)
         if isinstance(current, bool):
             if value not in ("True", "False"):
@@ -64,34 +65,19 @@ def parse_options(text: str) -> dict[str, bool | int | float | str]:
     return options
 
 
-def _torch_version() -> str:
-    import torch
-
-    return torch.__version__
-
-
 def count(config: str, options: dict[str, bool | int | float | str], overrides: list[str]) -> dict[str, float]:
     """In this process: one compiled training step of ``config`` under ``options``, and Inductor's counters."""
     import torch._inductor.config as inductor_config
     from torch._inductor import metrics
 
     from benchmarks.engines import step, sync
-    from units_lightning.cli import cli_main
+    from benchmarks.step_profile import bare_step
 
     for name, value in options.items():
         setattr(inductor_config, name, value)
     with tempfile.TemporaryDirectory() as folder:
-        cli = cli_main(
-            ["--config", config, "--trainer.devices", "1", "--data.init_args.sampler.init_args.warmup_steps", "0",
-             "--trainer.default_root_dir", folder, "--trainer.logger", "false", "--model.capture", "compile",
-             *overrides],
-            run=False,
-        )  # fmt: skip
-        device = cli.trainer.strategy.root_device
-        model, data = cli.model.to(device), cli.datamodule
-        data.setup("fit")
-        batch = data.transfer_batch_to_device(next(iter(data.train_dataloader())), device, 0)
-        optimizer = model.configure_optimizers()
+        model, _, batch, optimizer = bare_step(config, ["--model.capture", "compile", *overrides], folder)
+        device = model.device
         metrics.reset()
         start = time.perf_counter()
         step(model, batch, optimizer)

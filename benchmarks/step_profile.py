@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -31,6 +32,12 @@ if not __package__:  # run as `python benchmarks/step_profile.py`: `benchmarks` 
 
 from benchmarks.engines import step, sync  # noqa: E402
 from units_lightning.cli import cli_main  # noqa: E402
+
+if TYPE_CHECKING:
+    from lightning.pytorch import LightningDataModule
+
+    from units_lightning.episode import TaskBatch
+    from units_lightning.module import UnitsMAML
 
 
 def wall_ms(fn: Callable[[], object], warmup: int, repeats: int) -> float:
@@ -80,6 +87,24 @@ def kernel_family(name: str) -> str:
     return "other"
 
 
+def bare_step(
+    config: str, options: list[str], root_dir: str
+) -> tuple[UnitsMAML, LightningDataModule, TaskBatch, torch.optim.Optimizer]:
+    """A config's model, data module, first training batch and optimizer on the trainer's one device, as ``fit``
+    builds them, for a bare step (``benchmarks.engines.step``): no logger, and the sampler's warm-up set to 0, so that
+    every step scores and selects as a paper step does. ``options`` go to ``fit`` after those, and win over them."""
+    cli = cli_main(
+        ["--config", config, "--trainer.devices", "1", "--data.init_args.sampler.init_args.warmup_steps", "0",
+         "--trainer.default_root_dir", root_dir, "--trainer.logger", "false", *options],
+        run=False,
+    )  # fmt: skip
+    device = cli.trainer.strategy.root_device
+    model, data = cli.model.to(device), cli.datamodule
+    data.setup("fit")
+    batch = data.transfer_batch_to_device(next(iter(data.train_dataloader())), device, 0)
+    return model, data, batch, model.configure_optimizers()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", required=True, help="the data module's root (e.g. the Omniglot zips)")
@@ -91,18 +116,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     overrides = [a for a in args.overrides if a != "--"]
-    device = torch.device("cuda")
     for name in args.configs:
-        cli = cli_main(
-            ["--config", f"configs/{name}.yaml", "--data.init_args.root", args.root, "--trainer.accelerator", "gpu",
-             "--trainer.devices", "1", "--data.init_args.sampler.init_args.warmup_steps", "0",
-             "--trainer.default_root_dir", "/tmp/step_profile", "--trainer.logger", "false", *overrides],
-            run=False,
-        )  # fmt: skip
-        model, data = cli.model.to(device), cli.datamodule
-        data.setup("fit")
-        batch = data.transfer_batch_to_device(next(iter(data.train_dataloader())), device, 0)
-        optimizer = model.configure_optimizers()
+        options = ["--data.init_args.root", args.root, "--trainer.accelerator", "gpu", *overrides]
+        model, data, batch, optimizer = bare_step(f"configs/{name}.yaml", options, "/tmp/step_profile")
+        device = model.device
         train = partial(step, model, batch, optimizer)
         print(f"== {name}: bare step {wall_ms(train, 10, args.repeats):.2f} ms wall")
         print("   " + kernels(train, 10, args.rows))
