@@ -62,6 +62,8 @@ class Shape:
     filters: int
 
 
+FOLDED = "/folded"  # the suffix of an engine variant timed with model.fold_first_norm
+
 SHAPES = [
     Shape("omniglot-5w1s", 5, 1, 1, 8, (1, 28, 28), 64),
     Shape("omniglot-20w1s", 20, 1, 1, 16, (1, 28, 28), 64),
@@ -95,7 +97,12 @@ def random_batch(shape: Shape, query_sets: int, device: torch.device, seed: int 
 
 
 def build(
-    shape: Shape, engine: str, device: torch.device, capture: str = "none", score_precision: str = "float32"
+    shape: Shape,
+    engine: str,
+    device: torch.device,
+    capture: str = "none",
+    score_precision: str = "float32",
+    fold_first_norm: bool = False,
 ) -> UnitsMAML:
     torch.manual_seed(0)
     # "compile_step": compiled one inner step at a time (compile_inner="step") instead of the whole loop
@@ -108,6 +115,7 @@ def build(
         inner_lr=0.1,
         inner_lr_mode="per_layer_per_step",
         per_step_bn=True,
+        fold_first_norm=fold_first_norm,
         engine=engine,
         capture=capture,
         compile_scoring=capture != "none",
@@ -201,8 +209,10 @@ def release(device: torch.device) -> float:
 
 
 def engine_names(args: argparse.Namespace) -> list[str]:
-    """The engines to time, learn2learn (the baseline) first, then eager batched, then its capture variants."""
-    return [e for e in ["learn2learn", "batched"] if e in args.engines] + [f"batched+{c}" for c in args.capture]
+    """The engines to time, learn2learn (the baseline) first, then eager batched, then its capture variants; with
+    ``--fold-first-norm`` each batched one again with the first batch norm folded into its convolution ("/folded")."""
+    names = [e for e in ["learn2learn", "batched"] if e in args.engines] + [f"batched+{c}" for c in args.capture]
+    return names + [f"{e}{FOLDED}" for e in names if e != "learn2learn" and args.fold_first_norm]
 
 
 def run(args: argparse.Namespace) -> list[dict]:
@@ -222,8 +232,9 @@ def run(args: argparse.Namespace) -> list[dict]:
             # One model per engine (a captured one captures once); the sampler decides NTS or Units-ML.
             models = {}
             for engine in group:
-                kind, _, capture = engine.partition("+")
-                models[engine] = build(shape, kind, device, capture or "none", args.score_precision)
+                kind, _, capture = engine.removesuffix(FOLDED).partition("+")
+                folded = engine.endswith(FOLDED)
+                models[engine] = build(shape, kind, device, capture or "none", args.score_precision, folded)
             nts_batch, ml_batch = random_batch(shape, 1, device), random_batch(shape, QUERY_SETS, device)
             first_nts = {engine: first_step(model, nts_batch, device) for engine, model in models.items()}
             nts = time_steps(models, nts_batch, device, args.warmup, args.repeats)
@@ -235,7 +246,7 @@ def run(args: argparse.Namespace) -> list[dict]:
             del models
             for engine in group:
                 capture = engine.partition("+")[2]
-                if capture:
+                if capture and not engine.endswith(FOLDED):  # the capture check is of the plain model
                     row["capture"][capture] = (first_nts[engine], first_ml[engine], *row["capture"][capture])
                 row["tasks_per_s"][engine] = shape.meta_batch / nts[engine]
                 row["memory"][engine] = memory
@@ -341,6 +352,12 @@ def main() -> None:
         "compiles twice more, minutes each)",
     )
     parser.add_argument("--cudnn-benchmark", action="store_true")
+    parser.add_argument(
+        "--fold-first-norm",
+        action="store_true",
+        help="also time every batched variant with model.fold_first_norm (the first batch norm's statistics folded "
+        "into its convolution), side by side with the plain one; learn2learn stays the plain model",
+    )
     parser.add_argument("--score-precision", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--write", type=Path, help="write the table into this Markdown file")
     parser.add_argument(

@@ -8,7 +8,10 @@ with the compiler's caches off, since a cached graph generates nothing, and repo
 
 - the kernels it generated (Triton on a GPU, C++ on a CPU; the two fuse alike but not identically);
 - the IR nodes it had before fusing them;
-- the seconds of that first step (compiling, mostly) and the milliseconds of a later one.
+- the bytes its kernels read and write, by its own estimate (``graph.count_bytes``: each kernel's inputs and outputs,
+  once): how many passes over the activations the step makes, which a kernel count alone does not say;
+- the seconds of that first step (compiling, mostly) and the milliseconds of a step after it (the mean of 20, after
+  3 more that capture the step as a CUDA graph on a GPU).
 
     python benchmarks/kernel_count.py --config configs/omniglot_20w1s.yaml \\
         --options "" aggressive_fusion=True "max_fusion_size=512,score_fusion_memory_threshold=1" \\
@@ -34,6 +37,7 @@ if not __package__:  # run as `python benchmarks/kernel_count.py`: `benchmarks` 
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT = "kernel_count: "  # the child's line of results on its standard output
+WARM_STEPS, TIMED_STEPS = 3, 20  # after the first (compiling) step
 
 
 def parse_options(text: str) -> dict[str, bool | int | float | str]:
@@ -67,6 +71,7 @@ def parse_options(text: str) -> dict[str, bool | int | float | str]:
 
 def count(config: str, options: dict[str, bool | int | float | str], overrides: list[str]) -> dict[str, float]:
     """In this process: one compiled training step of ``config`` under ``options``, and Inductor's counters."""
+    import torch
     import torch._inductor.config as inductor_config
     from torch._inductor import metrics
 
@@ -75,6 +80,7 @@ def count(config: str, options: dict[str, bool | int | float | str], overrides: 
 
     for name, value in options.items():
         setattr(inductor_config, name, value)
+    torch._logging.set_logs(inductor_metrics=True)  # Inductor counts its graphs' bytes only with this log on
     with tempfile.TemporaryDirectory() as folder:
         model, _, batch, optimizer = bare_step(config, ["--model.capture", "compile", *overrides], folder)
         device = model.device
@@ -83,15 +89,23 @@ def count(config: str, options: dict[str, bool | int | float | str], overrides: 
         step(model, batch, optimizer)
         sync(device)
         first = time.perf_counter() - start
-        kernels, nodes = metrics.generated_kernel_count, metrics.ir_nodes_pre_fusion
-        start = time.perf_counter()
-        for _ in range(3):
+        kernels, nodes, traffic = (
+            metrics.generated_kernel_count,
+            metrics.ir_nodes_pre_fusion,
+            metrics.num_bytes_accessed,
+        )
+        for _ in range(WARM_STEPS):  # on CUDA the next steps capture the whole step as a graph: not timed
             step(model, batch, optimizer)
         sync(device)
-        later = 1000 * (time.perf_counter() - start) / 3
+        start = time.perf_counter()
+        for _ in range(TIMED_STEPS):
+            step(model, batch, optimizer)
+        sync(device)
+        later = 1000 * (time.perf_counter() - start) / TIMED_STEPS
     return {
         "kernels": kernels,
         "nodes_before_fusion": nodes,
+        "megabytes": traffic / 1e6,
         "first_step_s": first,
         "step_ms": later,
         "device": device.type,
@@ -112,12 +126,13 @@ def run_child(config: str, options: str, overrides: list[str]) -> dict[str, floa
 
 def table(results: dict[str, dict[str, float]]) -> str:
     lines = [
-        "| Inductor options | kernels generated | IR nodes before fusion | first step (compiling), s | a step, ms |",
-        "|---|---|---|---|---|",
+        "| Inductor options | kernels generated | IR nodes before fusion | their memory traffic, MB | "
+        "first step (compiling), s | a step, ms |",
+        "|---|---|---|---|---|---|",
     ]
     for options, r in results.items():
         lines.append(
-            f"| {options or 'defaults'} | {r['kernels']:.0f} | {r['nodes_before_fusion']:.0f} | "
+            f"| {options or 'defaults'} | {r['kernels']:.0f} | {r['nodes_before_fusion']:.0f} | {r['megabytes']:.0f} | "
             f"{r['first_step_s']:.1f} | {r['step_ms']:.1f} |"
         )
     return "\n".join(lines)

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from units_lightning.backbones import BatchNorm, ConvNet
+from units_lightning.backbones import BatchNorm, ConvNet, conv3x3, conv3x3_batch_norm, patch_moments
 
 
 def test_batch_norm_equals_the_textbook_formula_with_its_second_derivatives():
@@ -103,3 +103,35 @@ def test_shifted_taps_refuse_more_than_one_channel():
 
     with pytest.raises(ValueError, match="single-channel"):
         conv3x3(torch.zeros(2, 3, 5, 5), torch.zeros(4, 3, 3, 3), torch.zeros(4), as_shifts=True)
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_the_folded_convolution_and_batch_norm_equal_them_one_after_the_other(channels):
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(6, channels, 7, 9, generator=g, dtype=torch.float64) + 2.0  # an offset: the moments are centred
+    weight = torch.randn(4, channels, 3, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(4, generator=g, dtype=torch.float64, requires_grad=True)
+    norm = BatchNorm(4).double()
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5, generator=g)
+        norm.bias.normal_(generator=g)
+    out = F.conv2d(x, weight, bias, padding=1)
+    mean, cov = patch_moments(x)  # the convolution's batch statistics from them, as the folded form takes them
+    flat = weight.flatten(1)
+    torch.testing.assert_close(flat @ mean + bias, out.mean(dim=(0, 2, 3)), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(((flat @ cov) * flat).sum(1), out.var(dim=(0, 2, 3), unbiased=False), rtol=1e-12, atol=0)
+    folded = conv3x3_batch_norm(x, weight, bias, norm.weight, norm.bias, norm.eps)
+    torch.testing.assert_close(folded, norm(conv3x3(x, weight, bias)), rtol=1e-12, atol=1e-12)
+    if channels == 1:  # and as the shifted taps of a compiled graph
+        shifted = conv3x3_batch_norm(x, weight, bias, norm.weight, norm.bias, norm.eps, as_shifts=True)
+        torch.testing.assert_close(shifted, folded, rtol=1e-12, atol=1e-12)
+
+
+def test_a_folded_first_norm_keeps_the_parameters_and_is_the_default_backbones_option():
+    from units_lightning.module import UnitsMAML
+
+    plain, folded = ConvNet((1, 28, 28), 5, filters=4), ConvNet((1, 28, 28), 5, filters=4, fold_first_norm=True)
+    assert plain.state_dict().keys() == folded.state_dict().keys()  # a checkpoint loads into either
+    assert UnitsMAML(filters=4, fold_first_norm=True).engine.model.fold_first_norm
+    with pytest.raises(ValueError, match="fold_first_norm builds the default ConvNet"):
+        UnitsMAML(backbone=ConvNet((1, 28, 28), 5, filters=4), fold_first_norm=True)

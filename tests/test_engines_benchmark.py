@@ -1,6 +1,9 @@
 """benchmarks/engines.py: the table it prints, with and without the capture check."""
 
+import argparse
+
 import pytest
+import torch
 import torch._inductor.config as inductor
 
 from benchmarks import engines
@@ -34,3 +37,16 @@ def test_inductor_settings_are_read_as_literals_and_a_key_torch_lacks_is_refused
         engines.inductor_settings(["triton.nope=1"])
     with pytest.raises(ValueError, match="give KEY=VALUE"):
         engines.inductor_settings(["coordinate_descent_tuning"])
+
+
+def test_fold_first_norm_times_each_batched_variant_folded_beside_the_plain_one():
+    args = argparse.Namespace(engines=["learn2learn", "batched"], capture=["cuda_graph"], fold_first_norm=True)
+    names = engines.engine_names(args)
+    assert names == ["learn2learn", "batched", "batched+cuda_graph", "batched/folded", "batched+cuda_graph/folded"]
+    folded = engines.build(engines.SHAPES[0], "batched", torch.device("cpu"), fold_first_norm=True)
+    assert (
+        folded.engine.model.fold_first_norm
+        and not engines.build(engines.SHAPES[0], "batched", "cpu").engine.model.fold_first_norm
+    )
+    args.fold_first_norm = False
+    assert engines.engine_names(args) == names[:3]

@@ -38,12 +38,14 @@ def test_a_misspelt_option_is_refused_before_anything_compiles(monkeypatch):
 
 def test_the_table_names_the_defaults_and_rounds():
     results = {
-        "": {"kernels": 435, "nodes_before_fusion": 601, "first_step_s": 95.04, "step_ms": 3168.2},
-        "aggressive_fusion=True": {"kernels": 435, "nodes_before_fusion": 601, "first_step_s": 144.0, "step_ms": 7689},
-    }
+        "": {"kernels": 435, "nodes_before_fusion": 601, "megabytes": 5486.9, "first_step_s": 95.04, "step_ms": 3168.2},
+        "aggressive_fusion=True": {
+            "kernels": 435, "nodes_before_fusion": 601, "megabytes": 5487.0, "first_step_s": 144.0, "step_ms": 7689
+        },
+    }  # fmt: skip
     lines = kernel_count.table(results).splitlines()
-    assert lines[2] == "| defaults | 435 | 601 | 95.0 | 3168.2 |"
-    assert lines[3] == "| aggressive_fusion=True | 435 | 601 | 144.0 | 7689.0 |"
+    assert lines[2] == "| defaults | 435 | 601 | 5487 | 95.0 | 3168.2 |"
+    assert lines[3] == "| aggressive_fusion=True | 435 | 601 | 5487 | 144.0 | 7689.0 |"
 
 
 def test_a_step_that_fails_says_why(tmp_path):
@@ -62,3 +64,4 @@ def test_a_real_count_in_fresh_processes(capsys):
     assert defaults[0] == "| defaults" and unfused[0] == "| max_fusion_size=1"
     assert int(defaults[2]) == int(unfused[2]) > 0  # the same graph: the same IR nodes
     assert 0 < int(defaults[1]) < int(unfused[1])  # fusing nodes at most one to a kernel generates more kernels
+    assert 0 < int(defaults[3]) < int(unfused[3])  # and more memory traffic: unfused nodes write what the next reads

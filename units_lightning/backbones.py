@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["BatchNorm", "ConvNet", "conv3x3"]
+__all__ = ["BatchNorm", "ConvNet", "conv3x3", "conv3x3_batch_norm", "patch_moments"]
 
 
 def conv3x3(x: Tensor, weight: Tensor, bias: Tensor, as_shifts: bool = False) -> Tensor:
@@ -33,6 +33,41 @@ def conv3x3(x: Tensor, weight: Tensor, bias: Tensor, as_shifts: bool = False) ->
     return out
 
 
+def patch_moments(x: Tensor) -> tuple[Tensor, Tensor]:
+    """The mean (C*9,) and population covariance (C*9, C*9) of the 3x3 patches (zero padding 1) of ``x`` (N, C, H, W)
+    over its N*H*W positions, indexed as ``weight.flatten(1)`` of a 3x3 convolution (channel, row, column)."""
+    patches = F.unfold(x, 3, padding=1).transpose(1, 2).reshape(-1, x.shape[1] * 9)
+    mean = patches.mean(0)
+    centered = patches - mean
+    return mean, centered.T @ centered / patches.shape[0]
+
+
+def conv3x3_batch_norm(
+    x: Tensor, weight: Tensor, bias: Tensor, norm_weight: Tensor, norm_bias: Tensor, eps: float, as_shifts: bool = False
+) -> Tensor:
+    """``conv3x3`` then ``BatchNorm`` (the batch's statistics over (N, H, W), then ``norm_weight`` and ``norm_bias``),
+    as one convolution whose weights fold the statistics in; the same function of every argument, exact to rounding.
+
+    A convolution's output is linear in the image's patches, ``out_c = w_c . p + b_c``, so its batch statistics follow
+    from the patches' moments without computing ``out``: ``mean_c = w_c . mean(p) + b_c`` and ``var_c = w_c^T cov(p)
+    w_c``. With ``scale = norm_weight / sqrt(var + eps)`` the normalised output is the convolution with weights
+    ``scale_c w_c`` and bias ``norm_bias_c + scale_c (b_c - mean_c)``. The moments do not depend on the weights, and the
+    statistics as functions of the weights are those batch norm computes, so their gradients and second-order terms are
+    too (float64: tests/test_backbones.py, and the meta-gradients in tests/engines/test_engines_agree.py); what changes
+    is the work: no reduction over the output and its gradients, only over the patches (C*9 of them: 9 for Omniglot, 27
+    for RGB images, against the output's 64 channels) and small products with the weights. Worth it for a first layer,
+    whose few input channels make the patches cheap. The covariance is a matrix product, rounded as TF32 where those
+    are allowed (``torch.backends.cuda.matmul.allow_tf32``, off by default), as cuDNN's convolutions are.
+    """
+    mean, cov = patch_moments(x)
+    flat = weight.flatten(1)
+    # products and sums, not matrix products: a compiler fuses these (and their derivatives) into a few kernels
+    var = (flat[:, :, None] * cov * flat[:, None, :]).sum((1, 2))
+    scale = norm_weight * torch.rsqrt(var + eps)
+    shift = norm_bias + scale * (bias - ((flat * mean).sum(1) + bias))  # the bias cancels, as in batch norm
+    return conv3x3(x, (flat * scale[:, None]).view_as(weight), shift, as_shifts)
+
+
 class BatchNorm(nn.Module):
     """Transductive batch norm over (N, H, W) written from primitive operations, optionally per inner step.
 
@@ -55,10 +90,15 @@ class BatchNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(shape))
         self.bias = nn.Parameter(torch.zeros(shape))
 
-    def forward(self, x: Tensor, step: int = 0) -> Tensor:
+    def affine(self, step: int = 0) -> tuple[Tensor, Tensor]:
+        """The (weight, bias) pair of inner step ``step``, each (channels,)."""
         weight, bias = self.weight, self.bias
         if weight.dim() == 2:  # (steps, channels); a caller may pass one step's pair instead (``torch.func``)
             weight, bias = weight[min(step, weight.shape[0] - 1)], bias[min(step, bias.shape[0] - 1)]
+        return weight, bias
+
+    def forward(self, x: Tensor, step: int = 0) -> Tensor:
+        weight, bias = self.affine(step)
         # (x - mean) / sqrt(var + eps) * weight + bias as x * scale + shift: one statistics pass and one fused
         # multiply-add over the activations instead of four elementwise passes (and less saved for backward).
         var, mean = torch.var_mean(x, dim=(0, 2, 3), unbiased=False, keepdim=True)
@@ -86,6 +126,10 @@ class ConvNet(nn.Module):
         filters: channels of every conv layer (64 for Omniglot and CIFAR-FS, 48 for mini-ImageNet).
         blocks: number of conv blocks.
         bn_steps: batch-norm weight pairs, 1 (shared) or inner steps + 1 (per step, the last for prediction).
+        fold_first_norm: compute the first block's convolution and batch norm as one convolution with the batch's
+            statistics folded into its weights (``conv3x3_batch_norm``): the same outputs and gradients to rounding,
+            the same parameters (checkpoints load either way), no batch-norm reductions over the first layer's
+            activations.
 
     Example:
         >>> net = ConvNet((1, 28, 28), out_features=5, filters=8)
@@ -100,8 +144,10 @@ class ConvNet(nn.Module):
         filters: int = 64,
         blocks: int = 4,
         bn_steps: int = 1,
+        fold_first_norm: bool = False,
     ):
         super().__init__()
+        self.fold_first_norm = fold_first_norm
         channels, height, width = image_shape
         self.convs, self.norms = nn.ModuleList(), nn.ModuleList()
         for block in range(blocks):
@@ -121,7 +167,11 @@ class ConvNet(nn.Module):
         self.per_step_parameters = self.meta_only_parameters  # stacked along a first dimension of inner steps
 
     def forward(self, x: Tensor, step: int = 0) -> Tensor:
-        for conv, norm in zip(self.convs, self.norms, strict=True):
-            x = conv3x3(x, conv.weight, conv.bias, as_shifts=x.shape[1] == 1 and torch.compiler.is_compiling())
-            x = self.activation(self.pool(norm(x, step)))
+        for block, (conv, norm) in enumerate(zip(self.convs, self.norms, strict=True)):
+            as_shifts = x.shape[1] == 1 and torch.compiler.is_compiling()
+            if block == 0 and self.fold_first_norm:
+                x = conv3x3_batch_norm(x, conv.weight, conv.bias, *norm.affine(step), norm.eps, as_shifts)
+            else:
+                x = norm(conv3x3(x, conv.weight, conv.bias, as_shifts), step)
+            x = self.activation(self.pool(x))
         return self.classifier(x.flatten(1))

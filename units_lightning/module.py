@@ -95,6 +95,10 @@ class UnitsMAML(EpisodicEvaluation):
             paper's setup) or "per_parameter" (Meta-SGD, the paper's UA-MetaSGD).
         per_step_bn: one pair of batch-norm weights per inner step, meta-learned only (MAML++, the
             paper's setup); the default backbone only.
+        fold_first_norm: the default backbone's first convolution and batch norm computed as one convolution with the
+            batch's statistics folded into its weights, from the moments of the images' 3x3 patches (``ConvNet``,
+            ``backbones.conv3x3_batch_norm``): the same outputs and meta-gradients to rounding (float64,
+            tests/engines/test_engines_agree.py), the same parameters, less work over the first layer's activations.
         engine: "batched" (every task at once with torch.func), "learn2learn" (one task at a time, the
             reference) or "auto" (batched), which compute the same meta-gradients (tests/engines); or an engine
             class (``class_path`` in a config) that takes the backbone, configured by its own arguments (the
@@ -162,6 +166,7 @@ class UnitsMAML(EpisodicEvaluation):
         inner_lr: float = 0.1,
         inner_lr_mode: InnerLRMode = "fixed",
         per_step_bn: bool = False,
+        fold_first_norm: bool = False,
         engine: EngineName | EngineFactory = "auto",
         chunk_size: int | None = None,
         capture: Literal["auto", "none", "cuda_graph", "compile"] = "auto",
@@ -193,9 +198,10 @@ class UnitsMAML(EpisodicEvaluation):
         eval_steps = inner_steps if eval_inner_steps is None else eval_inner_steps
         if backbone is None:
             bn_steps = max(inner_steps, eval_steps) + 1 if per_step_bn else 1
-            backbone = ConvNet(tuple(image_shape), n_way, filters, bn_steps=bn_steps)
-        elif per_step_bn:
-            raise ValueError("per_step_bn builds the default ConvNet; give your own backbone per-step weights instead")
+            backbone = ConvNet(tuple(image_shape), n_way, filters, bn_steps=bn_steps, fold_first_norm=fold_first_norm)
+        elif per_step_bn or fold_first_norm:
+            option = "per_step_bn" if per_step_bn else "fold_first_norm"
+            raise ValueError(f"{option} builds the default ConvNet; set it on your own backbone instead")
         self.engine = build_engine(
             backbone,
             engine,

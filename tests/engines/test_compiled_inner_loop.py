@@ -41,14 +41,21 @@ DEVICES = [
 ]
 
 
-@pytest.mark.parametrize("channels", [2, 1])  # 1: the first layer sums shifted taps when compiled (``conv3x3``)
+COMPILED_FORMS = [(2, False), (1, False), (1, True)]
+
+
+# channels 1: the first layer sums shifted taps when compiled (``conv3x3``); folded: the first batch norm's statistics
+# from the patches' moments (``conv3x3_batch_norm``), against the eager unfolded model
+@pytest.mark.parametrize("channels,fold", COMPILED_FORMS, ids=["2ch", "1ch", "1ch-folded"])
 @pytest.mark.parametrize("device", DEVICES)
-def test_compiled_inner_loop_meta_gradient_equals_eager_in_float64(device, channels):
+def test_compiled_inner_loop_meta_gradient_equals_eager_in_float64(device, channels, fold):
     from torch._dynamo.utils import counters
 
     # Vectorised over tasks, learned rates per layer and step, per-step batch norm; the same weights in both.
     eager = agree.make_engine("batched", "per_layer_per_step", True, capture="none", channels=channels).to(device)
-    compiled = agree.make_engine("batched", "per_layer_per_step", True, capture="compile", channels=channels)
+    compiled = agree.make_engine(
+        "batched", "per_layer_per_step", True, capture="compile", channels=channels, fold_first_norm=fold
+    )
     compiled = compiled.to(device)
     torch._dynamo.reset()  # the counts below are of this test's compiles, whatever compiled before
     counters.clear()

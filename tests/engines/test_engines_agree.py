@@ -32,9 +32,12 @@ def make_engine(
     channels=2,
     compile_channels_last=False,
     compile_ahead=False,
+    fold_first_norm=False,
 ):
     torch.manual_seed(0)
-    net = ConvNet((channels, 8, 8), WAYS, filters=3, blocks=2, bn_steps=STEPS + 1 if per_step_bn else 1).double()
+    bn_steps = STEPS + 1 if per_step_bn else 1
+    net = ConvNet((channels, 8, 8), WAYS, filters=3, blocks=2, bn_steps=bn_steps, fold_first_norm=fold_first_norm)
+    net.double()
     if kind == "batched":
         engine = BatchedEngine(
             net,
@@ -69,9 +72,9 @@ def episode(channels=2):
     return support_x, support_y, query_x, query_y
 
 
-def meta_step(engine, second_order):
+def meta_step(engine, second_order, channels=2):
     """Algorithm 1 in miniature: adapt, score every query set, meta-gradient of each task's first set."""
-    support_x, support_y, query_x, query_y = episode()
+    support_x, support_y, query_x, query_y = episode(channels)
     adapted = engine.adapt(support_x, support_y, LOSS, STEPS, create_graph=second_order)
     with torch.no_grad():
         logits = engine.predict_sets(adapted, query_x)
@@ -129,6 +132,22 @@ def test_second_order_terms_are_present(second_order):
     _, first = meta_step(make_engine("batched", "fixed", False), False)
     differs = [not torch.allclose(second[n], first[n], rtol=1e-6) for n in second]
     assert any(differs)
+
+
+FOLDED = list(itertools.product(["batched", "learn2learn"], [1, 2], [True, False]))
+
+
+@pytest.mark.parametrize(
+    "kind,channels,per_step_bn", FOLDED, ids=[f"{k}-{c}ch-{'stepbn' if b else 'bn'}" for k, c, b in FOLDED]
+)
+def test_a_folded_first_batch_norm_gives_the_same_meta_gradients_and_scores(kind, channels, per_step_bn):
+    # ``ConvNet(fold_first_norm=True)``: the first block's batch statistics in closed form from the patches' moments.
+    # Second order, with learned per-layer rates: the statistics' second derivatives enter the meta-gradient.
+    options = dict(kind=kind, lr_mode="per_layer_per_step", per_step_bn=per_step_bn, channels=channels)
+    scores, grads = meta_step(make_engine(**options, fold_first_norm=True), True, channels)
+    ref_scores, ref_grads = meta_step(make_engine(**options), True, channels)
+    assert_close(grads, ref_grads, "folded first batch norm")
+    torch.testing.assert_close(scores, ref_scores, rtol=1e-12, atol=1e-14)
 
 
 @pytest.mark.parametrize("chunk_size", [1, 2])
