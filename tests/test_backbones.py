@@ -135,3 +135,18 @@ def test_a_folded_first_norm_keeps_the_parameters_and_is_the_default_backbones_o
     assert UnitsMAML(filters=4, fold_first_norm=True).engine.model.fold_first_norm
     with pytest.raises(ValueError, match="fold_first_norm builds the default ConvNet"):
         UnitsMAML(backbone=ConvNet((1, 28, 28), 5, filters=4), fold_first_norm=True)
+
+
+def test_the_folded_batch_norm_under_half_precision_autocast_is_as_close_to_float32_as_the_plain_one():
+    # In float16 the patches' covariance of 160 images overflows; the moments are taken in float32 whatever autocast
+    # says, so the folded model's error is that of half-precision convolutions, as the plain model's is.
+    torch.manual_seed(0)
+    plain = ConvNet((1, 28, 28), 5, filters=8)
+    folded = ConvNet((1, 28, 28), 5, filters=8, fold_first_norm=True)
+    folded.load_state_dict(plain.state_dict())
+    x = torch.randn(160, 1, 28, 28) * 2 + 1
+    reference = plain(x)
+    with torch.autocast("cpu", dtype=torch.float16):
+        errors = [(model(x).float() - reference).abs().max().item() for model in (plain, folded)]
+        assert patch_moments(x)[1].dtype == torch.float32
+    assert errors[1] < 3 * errors[0] + 1e-3, errors

@@ -35,11 +35,16 @@ def conv3x3(x: Tensor, weight: Tensor, bias: Tensor, as_shifts: bool = False) ->
 
 def patch_moments(x: Tensor) -> tuple[Tensor, Tensor]:
     """The mean (C*9,) and population covariance (C*9, C*9) of the 3x3 patches (zero padding 1) of ``x`` (N, C, H, W)
-    over its N*H*W positions, indexed as ``weight.flatten(1)`` of a 3x3 convolution (channel, row, column)."""
-    patches = F.unfold(x, 3, padding=1).transpose(1, 2).reshape(-1, x.shape[1] * 9)
-    mean = patches.mean(0)
-    centered = patches - mean
-    return mean, centered.T @ centered / patches.shape[0]
+    over its N*H*W positions, indexed as ``weight.flatten(1)`` of a 3x3 convolution (channel, row, column).
+
+    In float32 at least, autocast or not: in half precision the covariance's sums overflow (to inf for 160 Omniglot
+    images), which would zero the folded weights without an error."""
+    dtype = torch.promote_types(x.dtype, torch.float32)
+    with torch.autocast(x.device.type, enabled=False):
+        patches = F.unfold(x.to(dtype), 3, padding=1).transpose(1, 2).reshape(-1, x.shape[1] * 9)
+        mean = patches.mean(0)
+        centered = patches - mean
+        return mean, centered.T @ centered / patches.shape[0]
 
 
 def conv3x3_batch_norm(
