@@ -43,8 +43,8 @@ def patch_moments(x: Tensor) -> tuple[Tensor, Tensor]:
     with torch.autocast(x.device.type, enabled=False):
         patches = F.unfold(x.to(dtype), 3, padding=1).transpose(1, 2).reshape(-1, x.shape[1] * 9)
         mean = patches.mean(0)
-        centered = patches - mean
-        return mean, centered.T @ centered / patches.shape[0]
+        centered = patches.sub_(mean)  # in place: the patches of large RGB images are a sizeable copy already
+        return mean, centered.T @ centered / centered.shape[0]
 
 
 def conv3x3_batch_norm(
