@@ -11,13 +11,16 @@ bound by the host; one whose wall time is its GPU time, by the kernels.
 
 Options after ``--`` go to each config's ``fit`` (the second line profiles the compiled step). The GPU time is also
 split by kernel family (``kernel_family``): convolutions and matrix products, cuDNN's layout conversions, Triton
-(compiled) reductions and pointwise kernels, PyTorch's reductions, the rest.
+(compiled) reductions and pointwise kernels, PyTorch's reductions, the rest. ``--launches N`` lists a training step's
+N costliest kernels with their launch grids and occupancy (``launches``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from functools import partial
@@ -51,11 +54,16 @@ def wall_ms(fn: Callable[[], object], warmup: int, repeats: int) -> float:
     return 1000 * (time.perf_counter() - start) / repeats
 
 
-def kernels(fn: Callable[[], object], repeats: int, rows: int) -> str:
+def kernels(fn: Callable[[], object], repeats: int, rows: int, launch_rows: int = 0) -> str:
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(repeats):
             fn()
         torch.cuda.synchronize()
+    by_launch = ""
+    if launch_rows:
+        with tempfile.TemporaryDirectory() as folder:
+            prof.export_chrome_trace(f"{folder}/trace.json")
+            by_launch = "\n" + launches(json.loads(Path(folder, "trace.json").read_text()), repeats, launch_rows)
     events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     busy = sum(e.device_time for e in events) / 1000 / repeats
     shares: dict[str, float] = {}
@@ -64,7 +72,30 @@ def kernels(fn: Callable[[], object], repeats: int, rows: int) -> str:
         shares[family] = shares.get(family, 0.0) + event.device_time / 1000 / repeats
     split = ", ".join(f"{family} {ms:.2f} ms ({ms / busy:.0%})" for family, ms in sorted(shares.items()) if busy)
     table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=rows, max_name_column_width=90)
-    return f"{len(events) / repeats:.0f} kernels, GPU busy {busy:.2f} ms: {split}\n{table if rows else ''}"
+    return f"{len(events) / repeats:.0f} kernels, GPU busy {busy:.2f} ms: {split}\n{table if rows else ''}{by_launch}"
+
+
+def launches(trace: dict, steps: int, rows: int) -> str:
+    """The ``rows`` costliest kernels of a ``torch.profiler`` chrome trace of ``steps`` steps, each with its calls and
+    µs a step, µs a call, launch grid and block, and the profiler's estimate of its occupancy: a kernel on a few
+    thread blocks, or at a low occupancy, leaves most of the GPU idle, whatever the count of kernels."""
+    calls: dict[str, list[dict]] = {}
+    for event in trace.get("traceEvents", []):
+        if event.get("cat") == "kernel":
+            calls.setdefault(event["name"], []).append(event)
+    costliest = sorted(calls.items(), key=lambda item: -sum(e.get("dur", 0.0) for e in item[1]))[:rows]
+    lines = [
+        "| kernel | calls a step | µs a step | µs a call | grid | block | occupancy % |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, events in costliest:
+        total, args = sum(e.get("dur", 0.0) for e in events), events[0].get("args", {})
+        grid, block = args.get("grid", "?"), args.get("block", "?")
+        lines.append(
+            f"| {name[:100]} | {len(events) / steps:.1f} | {total / steps:.1f} | {total / len(events):.1f} | "
+            f"{grid} | {block} | {args.get('est. achieved occupancy %', '?')} |"
+        )
+    return "\n".join(lines)
 
 
 def kernel_family(name: str) -> str:
@@ -112,6 +143,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--rows", type=int, default=12, help="costliest kernels to list (0: none)")
     parser.add_argument(
+        "--launches", type=int, default=0, help="costliest kernels of a training step with their launch grids (0: none)"
+    )
+    parser.add_argument(
         "overrides", nargs=argparse.REMAINDER, help="after --: more fit options, e.g. -- --model.capture compile"
     )
     args = parser.parse_args(argv)
@@ -122,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
         device = model.device
         train = partial(step, model, batch, optimizer)
         print(f"== {name}: bare step {wall_ms(train, 10, args.repeats):.2f} ms wall")
-        print("   " + kernels(train, 10, args.rows))
+        print("   " + kernels(train, 10, args.rows, args.launches))
         val = data.transfer_batch_to_device(next(iter(data.val_dataloader())), device, 0)
         model.eval()
         evaluate = partial(model.adapt_and_predict_sets, val.support_x, val.support_y, [val.query_x[:, 0]])

@@ -2,7 +2,7 @@
 
 import pytest
 
-from benchmarks.step_profile import kernel_family
+from benchmarks.step_profile import kernel_family, launches
 
 
 @pytest.mark.parametrize(
@@ -25,3 +25,24 @@ from benchmarks.step_profile import kernel_family
 )
 def test_kernels_fall_into_their_family(name, family):
     assert kernel_family(name) == family
+
+
+def test_launches_lists_the_costliest_kernels_a_step_with_their_grids():
+    def kernel(name, dur, grid, occupancy):
+        args = {"grid": grid, "block": [512, 1, 1], "est. achieved occupancy %": occupancy}
+        return {"cat": "kernel", "name": name, "dur": dur, "args": args}
+
+    trace = {
+        "traceEvents": [
+            kernel("cutlass_fprop_128x128", 32.0, [5, 1, 1], 0),
+            kernel("cutlass_fprop_128x128", 30.0, [5, 1, 1], 0),
+            kernel("triton_red_fused_var_mean_0", 88.0, [512, 1, 1], 50),
+            kernel("triton_poi_fused_add_1", 3.0, [64, 1, 1], 100),
+            {"cat": "cpu_op", "name": "aten::conv2d", "dur": 1000.0},  # not a kernel: left out
+        ]
+    }
+    lines = launches(trace, steps=2, rows=2).splitlines()
+    assert lines[0].startswith("| kernel | calls a step | µs a step")
+    assert lines[2] == "| triton_red_fused_var_mean_0 | 0.5 | 44.0 | 88.0 | [512, 1, 1] | [512, 1, 1] | 50 |"
+    assert lines[3] == "| cutlass_fprop_128x128 | 1.0 | 31.0 | 31.0 | [5, 1, 1] | [512, 1, 1] | 0 |"
+    assert len(lines) == 4  # the two costliest only
