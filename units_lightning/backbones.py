@@ -69,7 +69,8 @@ def conv3x3_batch_norm(
     # products and sums, not matrix products: a compiler fuses these (and their derivatives) into a few kernels
     var = (flat[:, :, None] * cov * flat[:, None, :]).sum((1, 2))
     scale = norm_weight * torch.rsqrt(var + eps)
-    shift = norm_bias + scale * (bias - ((flat * mean).sum(1) + bias))  # the bias cancels, as in batch norm
+    # The bias cancels, as in batch norm, but stays in the graph: the engines' autograd.grad refuses an unused parameter
+    shift = norm_bias + scale * (bias - ((flat * mean).sum(1) + bias))
     return conv3x3(x, (flat * scale[:, None]).view_as(weight), shift, as_shifts)
 
 
