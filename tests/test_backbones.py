@@ -105,8 +105,11 @@ def test_shifted_taps_refuse_more_than_one_channel():
         conv3x3(torch.zeros(2, 3, 5, 5), torch.zeros(4, 3, 3, 3), torch.zeros(4), as_shifts=True)
 
 
+@pytest.mark.parametrize("compiling", [False, True], ids=["eager", "compiled-form"])
 @pytest.mark.parametrize("channels", [1, 3])
-def test_the_folded_convolution_and_batch_norm_equal_them_one_after_the_other(channels):
+def test_the_folded_convolution_and_batch_norm_equal_them_one_after_the_other(channels, compiling, monkeypatch):
+    # patch_moments takes the covariance as products per image eagerly and as one reduction inside a compiled graph
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: compiling)
     g = torch.Generator().manual_seed(0)
     x = torch.rand(6, channels, 7, 9, generator=g, dtype=torch.float64) + 2.0  # an offset: the moments are centred
     weight = torch.randn(4, channels, 3, 3, generator=g, dtype=torch.float64, requires_grad=True)
