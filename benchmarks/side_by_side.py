@@ -1,11 +1,12 @@
 """Whole runs of one config under several option sets, side by side, round after round: does an option pay?
 
-Each variant (a name and the ``fit`` options that make it) runs ``benchmarks/whole_run.py`` in a process of its own,
-with a compile cache of its own (``UNITS_LIGHTNING_COMPILE_CACHE``). Round 1 starts every variant from an empty cache,
-as on a fresh machine; the rounds after it reuse each variant's cache, as on a machine that has run it before. On a
-GPU host the variants of a round start together, variant i on GPU ``--gpus[i]`` (more variants than GPUs: in waves),
-so that they share the host's state and noise; without GPUs they run one after another, in the reverse order every
-other round. Comparing runs on different machines, or one after another on a shared one, measures the machines.
+Each variant (a name, the ``fit`` options and environment variables that make it) runs ``benchmarks/whole_run.py`` in
+a process of its own, with a compile cache of its own (``UNITS_LIGHTNING_COMPILE_CACHE``). Round 1 starts every variant
+from an empty cache, as on a fresh machine; the rounds after it reuse each variant's cache, as on a machine that has
+run it before. On a GPU host the variants of a round start together, variant i on GPU ``--gpus[i]`` (more variants
+than GPUs: in waves), so that they share the host's state and noise; without GPUs they run one after another, in the
+reverse order every other round. Comparing runs on different machines, or one after another on a shared one,
+measures the machines.
 
 The table gives each run's steady milliseconds a step before and after selection starts, the one-off costs
 (compiling, capture), the run as measured and the config's full run projected, and each variant's speed over the
@@ -15,6 +16,8 @@ know to ``fit``).
     python benchmarks/side_by_side.py --config configs/omniglot_20w1s.yaml --steps 5000 --rounds 2 --gpus 0 1 \\
         --variant "plain=--model.fold_first_norm false" --variant "folded=--model.fold_first_norm true" \\
         --out /tmp/side_by_side -- --data.root <omniglot>
+    python benchmarks/side_by_side.py --config configs/omniglot_20w1s.yaml --steps 3000 --gpus 0 1 --out <new folder> \
+        --variant as-shipped --variant "cudnn-v7=TORCH_CUDNN_V8_API_DISABLED=1" -- --data.root <omniglot>
 """
 
 from __future__ import annotations
@@ -39,14 +42,27 @@ class Run:
     gpu: str | None  # None: the CPU, or whatever devices this process sees
 
 
-def parse_variant(text: str) -> tuple[str, list[str]]:
-    """``"name=--some.option value ..."`` as (name, options); a name alone is the config as it is."""
-    name, _, options = text.partition("=")
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    options: tuple[str, ...] = ()  # for ``fit`` (through whole_run.py)
+    env: tuple[tuple[str, str], ...] = ()  # environment variables of its processes
+
+
+def parse_variant(text: str) -> Variant:
+    """``"NAME=[VAR=value ...] [--fit.option value ...]"``: the words before the first option that read ``VAR=value``
+    (capitals, digits and _) are environment variables of the variant's processes (``TORCHINDUCTOR_...``,
+    ``CUDNN_...``); the rest go to ``fit``. A name alone is the config as it is."""
+    name, _, rest = text.partition("=")
     if not name or not name.replace("-", "").replace("_", "").isalnum():
-        raise argparse.ArgumentTypeError(
-            f"a variant is NAME=OPTIONS with a plain NAME (letters, digits, - or _): {text!r}"
-        )
-    return name, shlex.split(options)
+        raise argparse.ArgumentTypeError(f"a variant is NAME=OPTIONS, NAME of letters, digits, - and _: {text!r}")
+    words, env = shlex.split(rest), []
+    while words and not words[0].startswith("-") and "=" in words[0]:
+        key, _, value = words.pop(0).partition("=")
+        if not key or not all(c.isupper() or c.isdigit() or c == "_" for c in key):
+            raise argparse.ArgumentTypeError(f"{key}={value} in variant {name!r}: not an environment variable's name")
+        env.append((key, value))
+    return Variant(name, tuple(words), tuple(env))
 
 
 def waves(names: list[str], rounds: int, gpus: list[str]) -> list[list[Run]]:
@@ -74,23 +90,23 @@ def command(run: Run, config: str, steps: int | None, options: list[str], common
     ]  # fmt: skip
 
 
-def environment(run: Run, out: Path) -> dict[str, str]:
-    env = {**os.environ, "UNITS_LIGHTNING_COMPILE_CACHE": str(out / run.variant / "cache")}
+def environment(run: Run, variant: Variant, out: Path) -> dict[str, str]:
+    env = {**os.environ, **dict(variant.env), "UNITS_LIGHTNING_COMPILE_CACHE": str(out / run.variant / "cache")}
     if run.gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = run.gpu
     return env
 
 
-def run_wave(wave: list[Run], commands: dict[Run, list[str]], out: Path, limit: float) -> dict[Run, str]:
+def run_wave(
+    wave: list[Run], commands: dict[Run, list[str]], envs: dict[Run, dict[str, str]], out: Path, limit: float
+) -> dict[Run, str]:
     """Start a wave's runs together and wait for them (each at most ``limit`` seconds); what went wrong, by run."""
     started = {}
     for run in wave:
         log = out / run.variant / f"round{run.round}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("w") as stream:
-            started[run] = subprocess.Popen(
-                commands[run], stdout=stream, stderr=subprocess.STDOUT, env=environment(run, out)
-            )
+            started[run] = subprocess.Popen(commands[run], stdout=stream, stderr=subprocess.STDOUT, env=envs[run])
     deadline, problems = time.monotonic() + limit, {}
     for run, process in started.items():
         try:
@@ -145,7 +161,13 @@ def table(runs: list[Run], figures: dict[Run, dict], problems: dict[Run, str]) -
 def main(argv: list[str] | None = None) -> dict[Run, dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="the config every variant runs")
-    parser.add_argument("--variant", type=parse_variant, action="append", required=True, help='"NAME=OPTIONS"')
+    parser.add_argument(
+        "--variant",
+        type=parse_variant,
+        action="append",
+        required=True,
+        help='"NAME=[VAR=value ...] [--option ...]"',
+    )
     parser.add_argument("--steps", type=int, help="steps of each run (whole_run.py projects the full run)")
     parser.add_argument("--rounds", type=int, default=2, help="round 1 from empty caches, the rest from each its own")
     parser.add_argument("--gpus", nargs="*", default=[], help="GPU indices, one a variant at a time (none: in turn)")
@@ -153,23 +175,23 @@ def main(argv: list[str] | None = None) -> dict[Run, dict]:
     parser.add_argument("--out", type=Path, required=True, help="folder for the caches, runs, logs and figures")
     parser.add_argument("common", nargs=argparse.REMAINDER, help="after --: options for every run")
     args = parser.parse_args(argv)
-    options = dict(args.variant)
-    if len(options) != len(args.variant):
+    variants = {variant.name: variant for variant in args.variant}
+    if len(variants) != len(args.variant):
         parser.error("each variant needs a name of its own")
     if args.out.exists() and any(args.out.iterdir()):
         parser.error(f"--out {args.out} is not empty: round 1 must start from empty compile caches; give a new folder")
     common = [word for word in args.common if word != "--"]
-    plan = waves(list(options), args.rounds, args.gpus)
-    runs = sorted((run for wave in plan for run in wave), key=lambda run: (run.round, list(options).index(run.variant)))
+    names = list(variants)
+    plan = waves(names, args.rounds, args.gpus)
+    runs = sorted((run for wave in plan for run in wave), key=lambda run: (run.round, names.index(run.variant)))
     figures: dict[Run, dict] = {}
     problems: dict[Run, str] = {}
     for wave in plan:
-        commands = {run: command(run, args.config, args.steps, options[run.variant], common, args.out) for run in wave}
-        names = ", ".join(
-            f"{run.variant} (round {run.round}{'' if run.gpu is None else f', GPU {run.gpu}'})" for run in wave
-        )
-        print(f"running {names}", flush=True)
-        problems.update(run_wave(wave, commands, args.out, args.limit))
+        options = {run: list(variants[run.variant].options) for run in wave}
+        commands = {run: command(run, args.config, args.steps, options[run], common, args.out) for run in wave}
+        envs = {run: environment(run, variants[run.variant], args.out) for run in wave}
+        print("running " + ", ".join(_describe(run) for run in wave), flush=True)
+        problems.update(run_wave(wave, commands, envs, args.out, args.limit))
         for run in wave:
             path = args.out / run.variant / f"round{run.round}.json"
             if run not in problems and path.exists():

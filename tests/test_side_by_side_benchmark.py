@@ -6,7 +6,7 @@ import pytest
 from tiny_setup import QUICKSTART, TINY_QUICKSTART
 
 from benchmarks import side_by_side
-from benchmarks.side_by_side import Run
+from benchmarks.side_by_side import Run, Variant
 
 # Stands in for whole_run.py: records its options and environment, and writes figures that depend on its variant
 FAKE_WHOLE_RUN = """
@@ -20,19 +20,24 @@ json.dump({
     "device": "fake", "warmup_step_ms": 8.0 if folded else 10.0, "scoring_step_ms": 15.0 if folded else 12.0,
     "one_off_s": 1.5, "total_s": 20.0, "full_total_s": 600.0, "argv": args,
     "cache": os.environ["UNITS_LIGHTNING_COMPILE_CACHE"], "gpu": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    "knob": os.environ.get("SIDE_BY_SIDE_KNOB"),
     "record": {"left": "out"},
 }, open(out, "w"))
 """
 
 
-def test_variants_are_parsed_from_a_name_and_its_options():
-    assert side_by_side.parse_variant("plain") == ("plain", [])
-    assert side_by_side.parse_variant("fold-1=--model.fold_first_norm true --x 'a b'") == (
-        "fold-1",
-        ["--model.fold_first_norm", "true", "--x", "a b"],
+def test_variants_are_parsed_from_a_name_its_environment_and_its_options():
+    assert side_by_side.parse_variant("plain") == Variant("plain")
+    assert side_by_side.parse_variant("fold-1=--model.fold_first_norm true --x 'a b'") == Variant(
+        "fold-1", ("--model.fold_first_norm", "true", "--x", "a b")
     )
+    assert side_by_side.parse_variant("v7=TORCH_CUDNN_V8_API_DISABLED=1 A_2='x y' --trainer.x=1 B=2") == Variant(
+        "v7", ("--trainer.x=1", "B=2"), (("TORCH_CUDNN_V8_API_DISABLED", "1"), ("A_2", "x y"))
+    )  # the environment comes first; after the first option every word is fit's
     with pytest.raises(Exception, match="NAME=OPTIONS"):
         side_by_side.parse_variant("a/b=--x 1")
+    with pytest.raises(Exception, match="not an environment variable's name"):
+        side_by_side.parse_variant("a=lower=1")
 
 
 def test_a_round_runs_its_variants_together_one_a_gpu_and_in_turn_without_gpus():
@@ -70,7 +75,8 @@ def test_each_variant_runs_in_its_own_process_cache_and_gpu(tmp_path, monkeypatc
     out = tmp_path / "out"
     figures = side_by_side.main(
         ["--config", "configs/x.yaml", "--steps", "50", "--rounds", "2", "--gpus", "3", "5", "--out", str(out),
-         "--variant", "plain", "--variant", "folded=--folded --model.x 2", "--variant", "broken=--fail",
+         "--variant", "plain", "--variant", "folded=SIDE_BY_SIDE_KNOB=on --folded --model.x 2",
+         "--variant", "broken=--fail",
          "--", "--data.root", "d", "--model.x", "1"]
     )  # fmt: skip
     assert sorted((run.variant, run.round, run.gpu) for run in figures) == [
@@ -79,6 +85,7 @@ def test_each_variant_runs_in_its_own_process_cache_and_gpu(tmp_path, monkeypatc
     by_name = {(run.variant, run.round): row for run, row in figures.items()}
     folded = by_name["folded", 2]
     assert folded["cache"] == str(out / "folded" / "cache") != by_name["plain", 2]["cache"]  # a cache each, kept
+    assert (folded["knob"], by_name["plain", 1]["knob"]) == ("on", None)  # the variant's environment, its own
     assert folded["argv"][:5] == ["--config", "configs/x.yaml", "--steps", "50", "--json"]
     # every run's options, then the variant's (the later wins), then its own run folder
     assert folded["argv"][6:] == [
@@ -106,7 +113,8 @@ def test_a_run_past_its_limit_is_stopped_and_reported(tmp_path, monkeypatch):
     monkeypatch.setattr(side_by_side, "WHOLE_RUN", fake)
     run = Run("slow", 1, None)
     commands = {run: side_by_side.command(run, "c.yaml", None, [], [], tmp_path)}
-    assert side_by_side.run_wave([run], commands, tmp_path, limit=0.5) == {run: "stopped after 0.5 s (--limit)"}
+    envs = {run: side_by_side.environment(run, Variant("slow"), tmp_path)}
+    assert side_by_side.run_wave([run], commands, envs, tmp_path, limit=0.5) == {run: "stopped after 0.5 s (--limit)"}
 
 
 @pytest.mark.slow
