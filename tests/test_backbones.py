@@ -136,8 +136,12 @@ def test_a_folded_first_norm_keeps_the_parameters_and_is_the_default_backbones_o
     plain, folded = ConvNet((1, 28, 28), 5, filters=4), ConvNet((1, 28, 28), 5, filters=4, fold_first_norm=True)
     assert plain.state_dict().keys() == folded.state_dict().keys()  # a checkpoint loads into either
     assert UnitsMAML(filters=4, fold_first_norm=True).engine.model.fold_first_norm
-    with pytest.raises(ValueError, match="fold_first_norm builds the default ConvNet"):
-        UnitsMAML(backbone=ConvNet((1, 28, 28), 5, filters=4), fold_first_norm=True)
+    backbone = ConvNet((1, 28, 28), 5, filters=4)
+    with pytest.raises(ValueError, match=r"^model.fold_first_norm shapes the default .*give --model.fold_first_norm f"):
+        UnitsMAML(backbone=backbone, fold_first_norm=True)
+    # both named at once, as the Omniglot configs set both
+    with pytest.raises(ValueError, match=r"^model.per_step_bn and model.fold_first_norm shape .*bn false --model.fold"):
+        UnitsMAML(backbone=backbone, per_step_bn=True, fold_first_norm=True)
 
 
 def test_the_folded_batch_norm_under_half_precision_autocast_is_as_close_to_float32_as_the_plain_one():

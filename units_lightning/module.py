@@ -200,8 +200,13 @@ class UnitsMAML(EpisodicEvaluation):
             bn_steps = max(inner_steps, eval_steps) + 1 if per_step_bn else 1
             backbone = ConvNet(tuple(image_shape), n_way, filters, bn_steps=bn_steps, fold_first_norm=fold_first_norm)
         elif per_step_bn or fold_first_norm:
-            option = "per_step_bn" if per_step_bn else "fold_first_norm"
-            raise ValueError(f"{option} builds the default ConvNet; set it on your own backbone instead")
+            options = [name for name, on in (("per_step_bn", per_step_bn), ("fold_first_norm", fold_first_norm)) if on]
+            names, flags = " and ".join(f"model.{o}" for o in options), " ".join(f"--model.{o} false" for o in options)
+            verb, them = ("shapes", "it") if len(options) == 1 else ("shape", "them")
+            raise ValueError(
+                f"{names} {verb} the default ConvNet, not a backbone of your own: give {flags} (the Omniglot configs "
+                f"set both) and build what you want of {them} into your backbone"
+            )
         self.engine = build_engine(
             backbone,
             engine,
