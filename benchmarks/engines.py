@@ -63,6 +63,8 @@ class Shape:
 
 
 FOLDED = "/folded"  # the suffix of an engine variant timed with model.fold_first_norm
+EXPLICIT = "/explicit"  # the suffix of an engine variant timed with model.explicit_conv_grads
+VARIANTS = {FOLDED: "fold_first_norm", EXPLICIT: "explicit_conv_grads"}  # suffix: the model option it turns on
 
 SHAPES = [
     Shape("omniglot-5w1s", 5, 1, 1, 8, (1, 28, 28), 64),
@@ -103,6 +105,7 @@ def build(
     capture: str = "none",
     score_precision: str = "float32",
     fold_first_norm: bool = False,
+    explicit_conv_grads: bool = False,
 ) -> UnitsMAML:
     torch.manual_seed(0)
     # "compile_step": compiled one inner step at a time (compile_inner="step") instead of the whole loop
@@ -116,6 +119,7 @@ def build(
         inner_lr_mode="per_layer_per_step",
         per_step_bn=True,
         fold_first_norm=fold_first_norm,
+        explicit_conv_grads=explicit_conv_grads,
         engine=engine,
         capture=capture,
         compile_scoring=capture != "none",
@@ -210,9 +214,22 @@ def release(device: torch.device) -> float:
 
 def engine_names(args: argparse.Namespace) -> list[str]:
     """The engines to time, learn2learn (the baseline) first, then eager batched, then its capture variants; with
-    ``--fold-first-norm`` each batched one again with the first batch norm folded into its convolution ("/folded")."""
+    ``--fold-first-norm`` each batched one again with the first batch norm folded into its convolution ("/folded"),
+    with ``--explicit-conv-grads`` each uncompiled batched one with the convolutions' explicit gradients ("/explicit";
+    inert in compiled graphs)."""
     names = [e for e in ["learn2learn", "batched"] if e in args.engines] + [f"batched+{c}" for c in args.capture]
-    return names + [f"{e}{FOLDED}" for e in names if e != "learn2learn" and args.fold_first_norm]
+    batched = [e for e in names if e != "learn2learn"]
+    folded = [f"{e}{FOLDED}" for e in batched if args.fold_first_norm]
+    explicit = [f"{e}{EXPLICIT}" for e in batched if getattr(args, "explicit_conv_grads", False) and "compile" not in e]
+    return names + folded + explicit
+
+
+def variant(engine: str) -> tuple[str, str, dict[str, bool]]:
+    """An engine name's kind, capture and model options: "batched+cuda_graph/folded" is ("batched", "cuda_graph",
+    {"fold_first_norm": True})."""
+    name, slash, suffix = engine.partition("/")
+    kind, _, capture = name.partition("+")
+    return kind, capture, ({VARIANTS[slash + suffix]: True} if slash else {})
 
 
 def run(args: argparse.Namespace) -> list[dict]:
@@ -232,9 +249,8 @@ def run(args: argparse.Namespace) -> list[dict]:
             # One model per engine (a captured one captures once); the sampler decides NTS or Units-ML.
             models = {}
             for engine in group:
-                kind, _, capture = engine.removesuffix(FOLDED).partition("+")
-                folded = engine.endswith(FOLDED)
-                models[engine] = build(shape, kind, device, capture or "none", args.score_precision, folded)
+                kind, capture, options = variant(engine)
+                models[engine] = build(shape, kind, device, capture or "none", args.score_precision, **options)
             nts_batch, ml_batch = random_batch(shape, 1, device), random_batch(shape, QUERY_SETS, device)
             first_nts = {engine: first_step(model, nts_batch, device) for engine, model in models.items()}
             nts = time_steps(models, nts_batch, device, args.warmup, args.repeats)
@@ -245,8 +261,8 @@ def run(args: argparse.Namespace) -> list[dict]:
             ml = time_steps(models, ml_batch, device, args.warmup, args.repeats)
             del models
             for engine in group:
-                capture = engine.partition("+")[2]
-                if capture and not engine.endswith(FOLDED):  # the capture check is of the plain model
+                _, capture, options = variant(engine)
+                if capture and not options:  # the capture check is of the plain model
                     row["capture"][capture] = (first_nts[engine], first_ml[engine], *row["capture"][capture])
                 row["tasks_per_s"][engine] = shape.meta_batch / nts[engine]
                 row["memory"][engine] = memory
@@ -357,6 +373,12 @@ def main() -> None:
         action="store_true",
         help="also time every batched variant with model.fold_first_norm (the first batch norm's statistics folded "
         "into its convolution), side by side with the plain one; learn2learn stays the plain model",
+    )
+    parser.add_argument(
+        "--explicit-conv-grads",
+        action="store_true",
+        help="also time every uncompiled batched variant with model.explicit_conv_grads (each convolution's "
+        "derivatives as its own data and weight gradients), side by side with the plain one",
     )
     parser.add_argument("--score-precision", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--write", type=Path, help="write the table into this Markdown file")

@@ -23,6 +23,7 @@ FOUNDATIONS = (
     "units_lightning.belief",
     "units_lightning.collectives",
     "units_lightning.compile_cache",
+    "units_lightning.conv_grads",
     "units_lightning.csv_history",
     "units_lightning.engines",
     "units_lightning.episode",

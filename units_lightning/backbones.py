@@ -6,10 +6,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from units_lightning.conv_grads import conv3x3_explicit_grads
+
 __all__ = ["BatchNorm", "ConvNet", "conv3x3", "conv3x3_batch_norm", "patch_moments"]
 
 
-def conv3x3(x: Tensor, weight: Tensor, bias: Tensor, as_shifts: bool = False) -> Tensor:
+def conv3x3(x: Tensor, weight: Tensor, bias: Tensor, as_shifts: bool = False, explicit_grads: bool = False) -> Tensor:
     """A 3x3 convolution with padding 1: ``F.conv2d(x, weight, bias, padding=1)``, or with ``as_shifts`` the same
     as a sum over the kernel's nine taps of the weight times the shifted images, for a single-channel input.
 
@@ -19,9 +21,13 @@ def conv3x3(x: Tensor, weight: Tensor, bias: Tensor, as_shifts: bool = False) ->
     Omniglot 20w1s step's GPU time on an H200 (docs/PERFORMANCE.md). As nine multiply-adds, forward and backward are
     elementwise work and reductions, which the compiler fuses with the batch norm that follows: the compiled step was
     1.09x faster in a whole run.
+
+    With ``explicit_grads`` (and not ``as_shifts``) every derivative of the convolution is its own data or weight
+    gradient (``conv_grads.conv3x3_explicit_grads``): eagerly, a second-order step's weight term is then one grouped
+    weight gradient instead of one image-sized convolution per task.
     """
     if not as_shifts:
-        return F.conv2d(x, weight, bias, padding=1)
+        return conv3x3_explicit_grads(x, weight, bias) if explicit_grads else F.conv2d(x, weight, bias, padding=1)
     if x.shape[1] != 1:
         raise ValueError(f"conv3x3 sums shifted taps of single-channel images only, got {x.shape[1]} channels")
     height, width = x.shape[-2:]
@@ -55,7 +61,14 @@ def patch_moments(x: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def conv3x3_batch_norm(
-    x: Tensor, weight: Tensor, bias: Tensor, norm_weight: Tensor, norm_bias: Tensor, eps: float, as_shifts: bool = False
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor,
+    norm_weight: Tensor,
+    norm_bias: Tensor,
+    eps: float,
+    as_shifts: bool = False,
+    explicit_grads: bool = False,
 ) -> Tensor:
     """``conv3x3`` then ``BatchNorm`` (the batch's statistics over (N, H, W), then ``norm_weight`` and ``norm_bias``),
     as one convolution whose weights fold the statistics in; the same function of every argument, exact to rounding.
@@ -78,7 +91,7 @@ def conv3x3_batch_norm(
     scale = norm_weight * torch.rsqrt(var + eps)
     # The bias cancels, as in batch norm, but stays in the graph: the engines' autograd.grad refuses an unused parameter
     shift = norm_bias + scale * (bias - ((flat * mean).sum(1) + bias))
-    return conv3x3(x, (flat * scale[:, None]).view_as(weight), shift, as_shifts)
+    return conv3x3(x, (flat * scale[:, None]).view_as(weight), shift, as_shifts, explicit_grads)
 
 
 class BatchNorm(nn.Module):
@@ -143,6 +156,8 @@ class ConvNet(nn.Module):
             statistics folded into its weights (``conv3x3_batch_norm``): the same outputs and gradients to rounding,
             the same parameters (checkpoints load either way), no batch-norm reductions over the first layer's
             activations.
+        explicit_conv_grads: differentiate every convolution through its own data and weight gradients at every order
+            (``conv_grads``), eagerly; compiled graphs are unchanged. The same outputs and meta-gradients to rounding.
 
     Example:
         >>> net = ConvNet((1, 28, 28), out_features=5, filters=8)
@@ -158,9 +173,10 @@ class ConvNet(nn.Module):
         blocks: int = 4,
         bn_steps: int = 1,
         fold_first_norm: bool = False,
+        explicit_conv_grads: bool = False,
     ):
         super().__init__()
-        self.fold_first_norm = fold_first_norm
+        self.fold_first_norm, self.explicit_conv_grads = fold_first_norm, explicit_conv_grads
         channels, height, width = image_shape
         self.convs, self.norms = nn.ModuleList(), nn.ModuleList()
         for block in range(blocks):
@@ -182,9 +198,10 @@ class ConvNet(nn.Module):
     def forward(self, x: Tensor, step: int = 0) -> Tensor:
         for block, (conv, norm) in enumerate(zip(self.convs, self.norms, strict=True)):
             as_shifts = x.shape[1] == 1 and torch.compiler.is_compiling()
+            explicit = self.explicit_conv_grads
             if block == 0 and self.fold_first_norm:
-                x = conv3x3_batch_norm(x, conv.weight, conv.bias, *norm.affine(step), norm.eps, as_shifts)
+                x = conv3x3_batch_norm(x, conv.weight, conv.bias, *norm.affine(step), norm.eps, as_shifts, explicit)
             else:
-                x = norm(conv3x3(x, conv.weight, conv.bias, as_shifts), step)
+                x = norm(conv3x3(x, conv.weight, conv.bias, as_shifts, explicit), step)
             x = self.activation(self.pool(x))
         return self.classifier(x.flatten(1))

@@ -99,6 +99,10 @@ class UnitsMAML(EpisodicEvaluation):
             batch's statistics folded into its weights, from the moments of the images' 3x3 patches (``ConvNet``,
             ``backbones.conv3x3_batch_norm``): the same outputs and meta-gradients to rounding (float64,
             tests/engines/test_engines_agree.py), the same parameters, less work over the first layer's activations.
+        explicit_conv_grads: the default backbone's convolutions differentiated at every order through their own data
+            and weight gradients (``conv_grads``), eagerly (CUDA graphs, the CPU); compiled graphs are unchanged. In a
+            second-order step under ``vmap`` the weights' second-order term is then one grouped weight gradient a layer,
+            not one image-sized convolution a task (tests/test_conv_grads.py). The same meta-gradients to rounding.
         engine: "batched" (every task at once with torch.func), "learn2learn" (one task at a time, the
             reference) or "auto" (batched), which compute the same meta-gradients (tests/engines); or an engine
             class (``class_path`` in a config) that takes the backbone, configured by its own arguments (the
@@ -167,6 +171,7 @@ class UnitsMAML(EpisodicEvaluation):
         inner_lr_mode: InnerLRMode = "fixed",
         per_step_bn: bool = False,
         fold_first_norm: bool = False,
+        explicit_conv_grads: bool = False,
         engine: EngineName | EngineFactory = "auto",
         chunk_size: int | None = None,
         capture: Literal["auto", "none", "cuda_graph", "compile"] = "auto",
@@ -198,9 +203,17 @@ class UnitsMAML(EpisodicEvaluation):
         eval_steps = inner_steps if eval_inner_steps is None else eval_inner_steps
         if backbone is None:
             bn_steps = max(inner_steps, eval_steps) + 1 if per_step_bn else 1
-            backbone = ConvNet(tuple(image_shape), n_way, filters, bn_steps=bn_steps, fold_first_norm=fold_first_norm)
-        elif per_step_bn or fold_first_norm:
-            options = [name for name, on in (("per_step_bn", per_step_bn), ("fold_first_norm", fold_first_norm)) if on]
+            backbone = ConvNet(
+                tuple(image_shape),
+                n_way,
+                filters,
+                bn_steps=bn_steps,
+                fold_first_norm=fold_first_norm,
+                explicit_conv_grads=explicit_conv_grads,
+            )
+        elif per_step_bn or fold_first_norm or explicit_conv_grads:
+            chosen = (("per_step_bn", per_step_bn), ("fold_first_norm", fold_first_norm))
+            options = [name for name, on in (*chosen, ("explicit_conv_grads", explicit_conv_grads)) if on]
             names, flags = " and ".join(f"model.{o}" for o in options), " ".join(f"--model.{o} false" for o in options)
             verb, them = ("shapes", "it") if len(options) == 1 else ("shape", "them")
             raise ValueError(

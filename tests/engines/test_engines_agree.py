@@ -33,10 +33,19 @@ def make_engine(
     compile_channels_last=False,
     compile_ahead=False,
     fold_first_norm=False,
+    explicit_conv_grads=False,
 ):
     torch.manual_seed(0)
     bn_steps = STEPS + 1 if per_step_bn else 1
-    net = ConvNet((channels, 8, 8), WAYS, filters=3, blocks=2, bn_steps=bn_steps, fold_first_norm=fold_first_norm)
+    net = ConvNet(
+        (channels, 8, 8),
+        WAYS,
+        filters=3,
+        blocks=2,
+        bn_steps=bn_steps,
+        fold_first_norm=fold_first_norm,
+        explicit_conv_grads=explicit_conv_grads,
+    )
     net.double()
     if kind == "batched":
         engine = BatchedEngine(
@@ -147,6 +156,23 @@ def test_a_folded_first_batch_norm_gives_the_same_meta_gradients_and_scores(kind
     scores, grads = meta_step(make_engine(**options, fold_first_norm=True), True, channels)
     ref_scores, ref_grads = meta_step(make_engine(**options), True, channels)
     assert_close(grads, ref_grads, "folded first batch norm")
+    torch.testing.assert_close(scores, ref_scores, rtol=1e-12, atol=1e-14)
+
+
+EXPLICIT = list(itertools.product(["batched", "batched-loop", "learn2learn"], [False, True]))
+
+
+@pytest.mark.parametrize("kind,fold", EXPLICIT, ids=[f"{k}{'-folded' if f else ''}" for k, f in EXPLICIT])
+def test_convolutions_differentiated_through_their_own_gradients_give_the_same_meta_gradients(kind, fold):
+    # ``ConvNet(explicit_conv_grads=True)``: every derivative of a convolution is its data or weight gradient
+    # (``conv_grads``). Second order with learned rates and per-step batch norm, tasks under vmap (their convolutions
+    # grouped), looped, and through learn2learn's autograd; scoring included.
+    engine_kind, vectorize = ("batched", kind == "batched") if kind.startswith("batched") else (kind, True)
+    options = dict(kind=engine_kind, lr_mode="per_layer_per_step", per_step_bn=True, vectorize=vectorize)
+    options["fold_first_norm"] = fold
+    scores, grads = meta_step(make_engine(**options, explicit_conv_grads=True), True)
+    ref_scores, ref_grads = meta_step(make_engine(**options), True)
+    assert_close(grads, ref_grads, "convolutions with explicit gradients")
     torch.testing.assert_close(scores, ref_scores, rtol=1e-12, atol=1e-14)
 
 

@@ -1,0 +1,66 @@
+"""units_lightning.conv_grads: a 3x3 convolution differentiated at every order through its own data and weight
+gradients: the same derivatives as PyTorch's, and no per-task image-sized convolution in a second-order vmap step."""
+
+import torch
+import torch.nn.functional as F
+from torch.func import grad, vmap
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from units_lightning.conv_grads import conv3x3_explicit_grads
+
+
+def test_first_and_second_derivatives_match_finite_differences():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 5, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(4, 3, 3, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(4, generator=g, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(conv3x3_explicit_grads, (x, w, b))
+    assert torch.autograd.gradgradcheck(conv3x3_explicit_grads, (x, w, b))
+
+
+def second_order_maml(conv, w0, xs, ys):
+    """Two inner steps per task under vmap, then a loss and query sets that share the adapted weights."""
+
+    def task(x, y):
+        def loss(w):
+            return conv(torch.tanh(conv(x, w, None)), w, None).square().mean() - (conv(x, w, None) * y).mean()
+
+        w1 = w0 - 0.1 * grad(loss)(w0)
+        w2 = w1 - 0.1 * grad(loss)(w1)
+        return loss(w2) + vmap(lambda q: conv(q, w2, None).square().mean())(torch.stack([x, y])).sum()
+
+    return vmap(task)(xs, ys).sum()
+
+
+class Convolutions(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.kernels = []  # the kernel (weight) shape of every forward convolution
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten.convolution.default:
+            self.kernels.append(tuple(args[1].shape))
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_second_order_vmap_step_has_the_same_meta_gradient_without_image_sized_kernels():
+    g = torch.Generator().manual_seed(0)
+    w0 = torch.randn(6, 6, 3, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    xs, ys = torch.randn(2, 3, 4, 6, 7, 7, generator=g, dtype=torch.float64).unbind()
+    reference = lambda x, w, b: F.conv2d(x, w, b, padding=1)  # noqa: E731
+    seen = {}
+    for name, conv in (("aten", reference), ("explicit", conv3x3_explicit_grads)):
+        with Convolutions() as mode:
+            (seen[name],) = torch.autograd.grad(second_order_maml(conv, w0, xs, ys), w0)
+        seen[f"{name} kernels"] = {shape[-2:] for shape in mode.kernels}
+    torch.testing.assert_close(seen["explicit"], seen["aten"], rtol=1e-12, atol=1e-12)
+    assert (7, 7) in seen["aten kernels"]  # PyTorch's double backward: image-sized kernels (one per task)
+    assert seen["explicit kernels"] == {(3, 3)}
+
+
+def test_inside_a_compiled_graph_it_is_the_plain_convolution(monkeypatch):
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    x, w = torch.randn(2, 3, 5, 5, requires_grad=True), torch.randn(4, 3, 3, 3)
+    out = conv3x3_explicit_grads(x, w, None)
+    assert "Convolution" in type(out.grad_fn).__name__  # aten's own, which Dynamo can trace under vmap
+    torch.testing.assert_close(out, F.conv2d(x, w, padding=1))
