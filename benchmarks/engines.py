@@ -215,12 +215,11 @@ def release(device: torch.device) -> float:
 def engine_names(args: argparse.Namespace) -> list[str]:
     """The engines to time, learn2learn (the baseline) first, then eager batched, then its capture variants; with
     ``--fold-first-norm`` each batched one again with the first batch norm folded into its convolution ("/folded"),
-    with ``--explicit-conv-grads`` each uncompiled batched one with the convolutions' explicit gradients ("/explicit";
-    inert in compiled graphs)."""
+    with ``--explicit-conv-grads`` each batched one with the convolutions' explicit gradients ("/explicit")."""
     names = [e for e in ["learn2learn", "batched"] if e in args.engines] + [f"batched+{c}" for c in args.capture]
     batched = [e for e in names if e != "learn2learn"]
     folded = [f"{e}{FOLDED}" for e in batched if args.fold_first_norm]
-    explicit = [f"{e}{EXPLICIT}" for e in batched if getattr(args, "explicit_conv_grads", False) and "compile" not in e]
+    explicit = [f"{e}{EXPLICIT}" for e in batched if getattr(args, "explicit_conv_grads", False)]
     return names + folded + explicit
 
 
@@ -377,7 +376,7 @@ def main() -> None:
     parser.add_argument(
         "--explicit-conv-grads",
         action="store_true",
-        help="also time every uncompiled batched variant with model.explicit_conv_grads (each convolution's "
+        help="also time every batched variant with model.explicit_conv_grads (each convolution's "
         "derivatives as its own data and weight gradients), side by side with the plain one",
     )
     parser.add_argument("--score-precision", default="float32", choices=["float32", "bfloat16"])

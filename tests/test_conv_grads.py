@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch.func import grad, vmap
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from units_lightning.conv_grads import conv3x3_explicit_grads
+from units_lightning.conv_grads import conv3x3_explicit_grads, weight_gradients_for_image_kernels
 
 
 def test_first_and_second_derivatives_match_finite_differences():
@@ -64,3 +64,34 @@ def test_inside_a_compiled_graph_it_is_the_plain_convolution(monkeypatch):
     out = conv3x3_explicit_grads(x, w, None)
     assert "Convolution" in type(out.grad_fn).__name__  # aten's own, which Dynamo can trace under vmap
     torch.testing.assert_close(out, F.conv2d(x, w, padding=1))
+
+
+def image_kernel_convolutions(a, b, c):
+    # the weight term of PyTorch's double backward (batch and channels swapped, the image as the kernel), and a
+    # convolution it must leave alone
+    return F.conv2d(a, b, padding=1), F.conv2d(a, c, padding=1)
+
+
+def test_the_graph_pass_rewrites_image_sized_kernels_as_weight_gradients_with_the_same_values():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(5, 4, 7, 6, generator=g, dtype=torch.float64)  # (channels in, images, height, width)
+    b = torch.randn(3, 4, 7, 6, generator=g, dtype=torch.float64)  # (channels out, images, height, width)
+    c = torch.randn(2, 4, 3, 3, generator=g, dtype=torch.float64)
+    module = make_fx(image_kernel_convolutions, tracing_mode="fake")(a, b, c)
+    assert weight_gradients_for_image_kernels(module.graph) == 1
+    module.recompile()
+    targets = [node.target for node in module.graph.nodes if node.op == "call_function"]
+    assert targets.count(torch.ops.aten.convolution.default) == 1  # the 3x3 one, left as it was
+    assert torch.ops.aten.convolution_backward.default in targets
+    for ours, expected in zip(module(a, b, c), image_kernel_convolutions(a, b, c), strict=True):
+        torch.testing.assert_close(ours, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_the_pass_is_named_the_same_in_every_process_for_the_caches():
+    from units_lightning.conv_grads import WeightGradientPass
+
+    # Inductor's graph cache keys on uuid(), compile_ahead's folder on the options' repr: neither an object's address
+    assert WeightGradientPass().uuid() == WeightGradientPass().uuid()
+    assert repr(WeightGradientPass()) == repr(WeightGradientPass()) and "0x" not in repr(WeightGradientPass())

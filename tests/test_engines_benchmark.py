@@ -52,12 +52,12 @@ def test_fold_first_norm_times_each_batched_variant_folded_beside_the_plain_one(
     assert engines.engine_names(args) == names[:3]
 
 
-def test_explicit_conv_grads_times_each_uncompiled_batched_variant_beside_the_plain_one():
+def test_explicit_conv_grads_times_each_batched_variant_beside_the_plain_one():
     captures = ["cuda_graph", "compile"]
     args = argparse.Namespace(engines=["learn2learn", "batched"], capture=captures, fold_first_norm=True)
     args.explicit_conv_grads = True
     names = engines.engine_names(args)
-    assert names[-2:] == ["batched/explicit", "batched+cuda_graph/explicit"]  # inert in a compiled graph: not timed
+    assert names[-3:] == ["batched/explicit", "batched+cuda_graph/explicit", "batched+compile/explicit"]
     assert engines.variant("batched+cuda_graph/explicit") == ("batched", "cuda_graph", {"explicit_conv_grads": True})
     assert engines.variant("batched+compile/folded") == ("batched", "compile", {"fold_first_norm": True})
     assert engines.variant("learn2learn") == ("learn2learn", "", {})

@@ -157,7 +157,8 @@ class ConvNet(nn.Module):
             the same parameters (checkpoints load either way), no batch-norm reductions over the first layer's
             activations.
         explicit_conv_grads: differentiate every convolution through its own data and weight gradients at every order
-            (``conv_grads``), eagerly; compiled graphs are unchanged. The same outputs and meta-gradients to rounding.
+            (``conv_grads``; in compiled graphs the engine's graph pass): the same outputs and meta-gradients to
+            rounding.
 
     Example:
         >>> net = ConvNet((1, 28, 28), out_features=5, filters=8)

@@ -13,20 +13,22 @@ them: the term above becomes the weight gradient ``wgrad(ggx, gy)``, one grouped
 function and derivatives to rounding (float64: tests/test_conv_grads.py). ``vmap`` batches them through their
 operations' own rules (``generate_vmap_rule``).
 
-Eager only: ``torch.compile`` cannot trace an ``autograd.Function`` under ``vmap`` (Dynamo's wrapper has no batching
-rule), so inside a compiled graph ``conv3x3`` takes ``F.conv2d``, whose double backward AOTAutograd already writes with
-weight-gradient calls for grouped convolutions.
+``torch.compile`` cannot trace an ``autograd.Function`` under ``vmap`` (Dynamo's wrapper has no batching rule), so
+inside a compiled graph ``conv3x3_explicit_grads`` is ``F.conv2d``, and ``WeightGradientPass``, a pass over
+Inductor's post-grad graph, rewrites each image-sized-kernel convolution there as the weight gradient it is. The
+engine adds it to its compiled graphs where the backbone asks for ``explicit_conv_grads``.
 """
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["conv3x3_explicit_grads"]
+__all__ = ["WeightGradientPass", "conv3x3_explicit_grads", "weight_gradients_for_image_kernels"]
 
 _GEOMETRY: dict[str, Any] = {
     "stride": [1, 1],
@@ -122,3 +124,66 @@ def conv3x3_explicit_grads(x: Tensor, weight: Tensor, bias: Tensor | None) -> Te
     if torch.compiler.is_compiling():
         return F.conv2d(x, weight, bias, padding=1)
     return _Conv.apply(x, weight, bias)
+
+
+def weight_gradients_for_image_kernels(graph: torch.fx.Graph) -> int:
+    """Rewrite in ``graph`` (aten operations with their ``val`` metadata) each convolution ``conv(a, b)`` whose kernel
+    ``b`` is as large as its image ``a`` (stride 1, padding p, no bias, no groups: a (2p+1)x(2p+1) output) as the
+    weight gradient it is: ``out[i, o] = sum_n a[i, n] * b[o, n]`` over positions is ``wgrad`` of a (2p+1)x(2p+1)
+    convolution whose input is ``a`` with batch and channels swapped and whose output gradient is ``b`` swapped the same
+    way, transposed. Returns how many it rewrote."""
+    aten, rewritten = torch.ops.aten, 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not aten.convolution.default:
+            continue
+        a, b, bias, stride, padding, dilation, transposed, _, groups = node.args
+        image, kernel, out = (getattr(n, "meta", {}).get("val") for n in (a, b, node))
+        if image is None or kernel is None or out is None or image.dim() != 4 or bias is not None:
+            continue
+        if transposed or groups != 1 or list(stride) != [1, 1] or list(dilation) != [1, 1]:
+            continue
+        size = 2 * padding[0] + 1
+        if padding[0] != padding[1] or kernel.shape[2:] != image.shape[2:] or tuple(out.shape[2:]) != (size, size):
+            continue
+        with graph.inserting_before(node):
+            x = graph.call_function(aten.permute.default, (a, [1, 0, 2, 3]))
+            gy = graph.call_function(aten.permute.default, (b, [1, 0, 2, 3]))
+            shape = [kernel.shape[0], image.shape[0], size, size]
+            weight = graph.call_function(
+                aten.empty.memory_format, (shape,), {"dtype": image.dtype, "device": image.device}
+            )
+            geometry = ([1, 1], list(padding), [1, 1], False, [0, 0], 1, [False, True, False])
+            grads = graph.call_function(aten.convolution_backward.default, (gy, x, weight, None, *geometry))
+            wgrad = graph.call_function(operator.getitem, (grads, 1))
+            result = graph.call_function(aten.permute.default, (wgrad, [1, 0, 2, 3]))
+        node.replace_all_uses_with(result)
+        graph.erase_node(node)
+        rewritten += 1
+    return rewritten
+
+
+def _weight_gradient_pass_base() -> type:
+    try:  # torch >= 2.6: a pass with a uuid keeps Inductor's graph cache on
+        from torch._inductor.custom_graph_pass import CustomGraphPass
+    except ImportError:  # pragma: no cover - older torch: a plain callable (the cache is bypassed)
+        return object
+    return CustomGraphPass
+
+
+class WeightGradientPass(_weight_gradient_pass_base()):
+    """``weight_gradients_for_image_kernels`` as Inductor's ``post_grad_custom_post_pass``, with a uuid of this file,
+    so that compiled graphs stay in the compile cache. ``rewritten`` counts the convolutions it rewrote."""
+
+    def __init__(self) -> None:
+        self.rewritten = 0
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        self.rewritten += weight_gradients_for_image_kernels(graph)
+
+    def uuid(self) -> Any:
+        from torch._inductor.custom_graph_pass import get_hash_for_files
+
+        return get_hash_for_files((__file__,))
+
+    def __repr__(self) -> str:  # stable across processes: compile_ahead keys its folder on the options' repr
+        return f"WeightGradientPass({self.uuid()!r})"

@@ -100,9 +100,10 @@ class UnitsMAML(EpisodicEvaluation):
             ``backbones.conv3x3_batch_norm``): the same outputs and meta-gradients to rounding (float64,
             tests/engines/test_engines_agree.py), the same parameters, less work over the first layer's activations.
         explicit_conv_grads: the default backbone's convolutions differentiated at every order through their own data
-            and weight gradients (``conv_grads``), eagerly (CUDA graphs, the CPU); compiled graphs are unchanged. In a
-            second-order step under ``vmap`` the weights' second-order term is then one grouped weight gradient a layer,
-            not one image-sized convolution a task (tests/test_conv_grads.py). The same meta-gradients to rounding.
+            and weight gradients (``conv_grads``): eagerly (CUDA graphs, the CPU) as autograd Functions, compiled as a
+            pass over Inductor's graph. In a second-order step under ``vmap`` the weights' second-order term is then a
+            weight gradient, not an image-sized convolution a task (tests/test_conv_grads.py). The same meta-gradients
+            to rounding.
         engine: "batched" (every task at once with torch.func), "learn2learn" (one task at a time, the
             reference) or "auto" (batched), which compute the same meta-gradients (tests/engines); or an engine
             class (``class_path`` in a config) that takes the backbone, configured by its own arguments (the

@@ -66,6 +66,25 @@ def test_compiled_inner_loop_meta_gradient_equals_eager_in_float64(device, chann
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_compiled_convolutions_with_explicit_gradients_give_eagers_meta_gradient_in_float64(device, monkeypatch):
+    # explicit_conv_grads under compile: Inductor's post-grad pass (conv_grads.WeightGradientPass) rewrites the double
+    # backward's image-sized-kernel convolutions, one per task and layer, as weight gradients
+    from units_lightning import conv_grads
+
+    passes = []
+    original = conv_grads.weight_gradients_for_image_kernels
+    monkeypatch.setattr(conv_grads, "weight_gradients_for_image_kernels", lambda g: passes.append(original(g)) or 0)
+    eager = agree.make_engine("batched", "per_layer_per_step", True, capture="none").to(device)
+    compiled = agree.make_engine("batched", "per_layer_per_step", True, capture="compile", explicit_conv_grads=True)
+    torch._dynamo.reset()
+    monkeypatch.setattr(torch._inductor.config, "fx_graph_cache", False)  # a cached graph would skip the pass
+    monkeypatch.setattr(torch._functorch.config, "enable_autograd_cache", False)
+    expected, ours = meta_gradient(eager, device), meta_gradient(compiled.to(device), device)
+    agree.assert_close(ours, expected, f"compiled convolutions with explicit gradients on {device}")
+    assert sum(passes) >= agree.TASKS  # at least one rewritten convolution a task
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_an_inner_loop_compiled_step_by_step_is_one_graph_with_eagers_meta_gradient_in_float64(device):
     from torch._dynamo.utils import counters
 

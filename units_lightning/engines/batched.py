@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
 from units_lightning.compile_cache import use_compile_cache
+from units_lightning.conv_grads import WeightGradientPass
 from units_lightning.engines.ahead import AheadCompiled
 from units_lightning.engines.base import InnerLoss, accepts_step, inner_loop_parameters, per_step_slices
 from units_lightning.engines.cuda_graph import GraphedInference, GraphedInnerLoop, state_of
@@ -199,7 +200,10 @@ class BatchedEngine(nn.Module):
         """``torch.compile(function)`` with the engine's options: the channels-last layout forced under
         ``compile_channels_last``, saved and loaded whole under ``compile_ahead``; into the lasting compile cache."""
         use_compile_cache()
-        options = {"force_layout_optimization": True} if self.compile_channels_last else None
+        options: dict[str, Any] = {"force_layout_optimization": True} if self.compile_channels_last else {}
+        if getattr(self.model, "explicit_conv_grads", False):  # image-sized-kernel convolutions as weight gradients
+            options["post_grad_custom_post_pass"] = WeightGradientPass()
+        options = options or None
         if self.compile_ahead:
             return AheadCompiled(function, options, dynamic=dynamic)
         return torch.compile(function, dynamic=dynamic, options=options)
