@@ -66,10 +66,10 @@ def test_inside_a_compiled_graph_it_is_the_plain_convolution(monkeypatch):
     torch.testing.assert_close(out, F.conv2d(x, w, padding=1))
 
 
-def image_kernel_convolutions(a, b, c):
-    # the weight term of PyTorch's double backward (batch and channels swapped, the image as the kernel), and a
-    # convolution it must leave alone
-    return F.conv2d(a, b, padding=1), F.conv2d(a, c, padding=1)
+def image_kernel_convolutions(a, b, c, d):
+    # the weight term of PyTorch's double backward (batch and channels swapped, the image as the kernel), and two
+    # convolutions it must leave alone: a 3x3 kernel, and a 3x3 image whose kernel is its size but no larger
+    return F.conv2d(a, b, padding=1), F.conv2d(a, c, padding=1), F.conv2d(d, c, padding=1)
 
 
 def test_the_graph_pass_rewrites_image_sized_kernels_as_weight_gradients_with_the_same_values():
@@ -79,13 +79,14 @@ def test_the_graph_pass_rewrites_image_sized_kernels_as_weight_gradients_with_th
     a = torch.randn(5, 4, 7, 6, generator=g, dtype=torch.float64)  # (channels in, images, height, width)
     b = torch.randn(3, 4, 7, 6, generator=g, dtype=torch.float64)  # (channels out, images, height, width)
     c = torch.randn(2, 4, 3, 3, generator=g, dtype=torch.float64)
-    module = make_fx(image_kernel_convolutions, tracing_mode="fake")(a, b, c)
+    d = torch.randn(6, 4, 3, 3, generator=g, dtype=torch.float64)
+    module = make_fx(image_kernel_convolutions, tracing_mode="fake")(a, b, c, d)
     assert weight_gradients_for_image_kernels(module.graph) == 1
     module.recompile()
     targets = [node.target for node in module.graph.nodes if node.op == "call_function"]
-    assert targets.count(torch.ops.aten.convolution.default) == 1  # the 3x3 one, left as it was
+    assert targets.count(torch.ops.aten.convolution.default) == 2  # the two 3x3 ones, left as they were
     assert torch.ops.aten.convolution_backward.default in targets
-    for ours, expected in zip(module(a, b, c), image_kernel_convolutions(a, b, c), strict=True):
+    for ours, expected in zip(module(a, b, c, d), image_kernel_convolutions(a, b, c, d), strict=True):
         torch.testing.assert_close(ours, expected, rtol=1e-12, atol=1e-12)
 
 

@@ -128,7 +128,8 @@ def conv3x3_explicit_grads(x: Tensor, weight: Tensor, bias: Tensor | None) -> Te
 
 def weight_gradients_for_image_kernels(graph: torch.fx.Graph) -> int:
     """Rewrite in ``graph`` (aten operations with their ``val`` metadata) each convolution ``conv(a, b)`` whose kernel
-    ``b`` is as large as its image ``a`` (stride 1, padding p, no bias, no groups: a (2p+1)x(2p+1) output) as the
+    ``b`` is as large as its image ``a`` and larger than its output (stride 1, padding p, no bias, no groups: a
+    (2p+1)x(2p+1) output) as the
     weight gradient it is: ``out[i, o] = sum_n a[i, n] * b[o, n]`` over positions is ``wgrad`` of a (2p+1)x(2p+1)
     convolution whose input is ``a`` with batch and channels swapped and whose output gradient is ``b`` swapped the same
     way, transposed. Returns how many it rewrote."""
@@ -144,6 +145,8 @@ def weight_gradients_for_image_kernels(graph: torch.fx.Graph) -> int:
             continue
         size = 2 * padding[0] + 1
         if padding[0] != padding[1] or kernel.shape[2:] != image.shape[2:] or tuple(out.shape[2:]) != (size, size):
+            continue
+        if max(kernel.shape[2:]) <= size:  # a 3x3 image with a 3x3 kernel is an ordinary convolution: left alone
             continue
         with graph.inserting_before(node):
             x = graph.call_function(aten.permute.default, (a, [1, 0, 2, 3]))
