@@ -129,10 +129,9 @@ def conv3x3_explicit_grads(x: Tensor, weight: Tensor, bias: Tensor | None) -> Te
 def weight_gradients_for_image_kernels(graph: torch.fx.Graph) -> int:
     """Rewrite in ``graph`` (aten operations with their ``val`` metadata) each convolution ``conv(a, b)`` whose kernel
     ``b`` is as large as its image ``a`` and larger than its output (stride 1, padding p, no bias, no groups: a
-    (2p+1)x(2p+1) output) as the
-    weight gradient it is: ``out[i, o] = sum_n a[i, n] * b[o, n]`` over positions is ``wgrad`` of a (2p+1)x(2p+1)
-    convolution whose input is ``a`` with batch and channels swapped and whose output gradient is ``b`` swapped the same
-    way, transposed. Returns how many it rewrote."""
+    (2p+1)x(2p+1) output) as the weight gradient it is: ``out[i, o] = sum_n a[i, n] * b[o, n]`` over positions is,
+    transposed, ``wgrad`` of a (2p+1)x(2p+1) convolution whose input is ``a`` with batch and channels swapped and whose
+    output gradient is ``b`` swapped the same way. Returns how many it rewrote."""
     aten, rewritten = torch.ops.aten, 0
     for node in list(graph.nodes):
         if node.op != "call_function" or node.target is not aten.convolution.default:

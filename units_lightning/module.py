@@ -202,6 +202,8 @@ class UnitsMAML(EpisodicEvaluation):
         if score_precision not in ("float32", "bfloat16"):
             raise ValueError(f"score_precision must be 'float32' or 'bfloat16', got {score_precision!r}")
         eval_steps = inner_steps if eval_inner_steps is None else eval_inner_steps
+        convnet_only = {"per_step_bn": per_step_bn, "fold_first_norm": fold_first_norm}
+        convnet_only["explicit_conv_grads"] = explicit_conv_grads
         if backbone is None:
             bn_steps = max(inner_steps, eval_steps) + 1 if per_step_bn else 1
             backbone = ConvNet(
@@ -212,14 +214,13 @@ class UnitsMAML(EpisodicEvaluation):
                 fold_first_norm=fold_first_norm,
                 explicit_conv_grads=explicit_conv_grads,
             )
-        elif per_step_bn or fold_first_norm or explicit_conv_grads:
-            chosen = (("per_step_bn", per_step_bn), ("fold_first_norm", fold_first_norm))
-            options = [name for name, on in (*chosen, ("explicit_conv_grads", explicit_conv_grads)) if on]
+        elif any(convnet_only.values()):
+            options = [name for name, on in convnet_only.items() if on]
             names, flags = " and ".join(f"model.{o}" for o in options), " ".join(f"--model.{o} false" for o in options)
             verb, them = ("shapes", "it") if len(options) == 1 else ("shape", "them")
             raise ValueError(
                 f"{names} {verb} the default ConvNet, not a backbone of your own: give {flags} (the Omniglot configs "
-                f"set both) and build what you want of {them} into your backbone"
+                f"set per_step_bn and fold_first_norm) and build what you want of {them} into your backbone"
             )
         self.engine = build_engine(
             backbone,
