@@ -52,16 +52,21 @@ def _wgrad(x: Tensor, gy: Tensor, weight_shape: torch.Size) -> Tensor:
     return torch.ops.aten.convolution_backward(gy, x, weight, None, output_mask=[False, True, False], **_GEOMETRY)[1]
 
 
-class _Conv(torch.autograd.Function):
-    generate_vmap_rule = True
+class _SavesTwoInputs(torch.autograd.Function):
+    """The three Functions' shared part: ``vmap`` batches them through their operations, and each keeps its first two
+    inputs for its backward pass."""
 
-    @staticmethod
-    def forward(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-        return F.conv2d(x, weight, bias, padding=1)
+    generate_vmap_rule = True
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple, output: Tensor) -> None:
         ctx.save_for_backward(inputs[0], inputs[1])
+
+
+class _Conv(_SavesTwoInputs):
+    @staticmethod
+    def forward(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        return F.conv2d(x, weight, bias, padding=1)
 
     @staticmethod
     def backward(ctx: Any, gy: Tensor) -> tuple[Tensor | None, ...]:
@@ -74,16 +79,10 @@ class _Conv(torch.autograd.Function):
         )
 
 
-class _DGrad(torch.autograd.Function):
-    generate_vmap_rule = True
-
+class _DGrad(_SavesTwoInputs):
     @staticmethod
     def forward(gy: Tensor, weight: Tensor, x_shape: torch.Size) -> Tensor:
         return _dgrad(gy, weight, x_shape)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple, output: Tensor) -> None:
-        ctx.save_for_backward(inputs[0], inputs[1])
 
     @staticmethod
     def backward(ctx: Any, ggx: Tensor) -> tuple[Tensor | None, ...]:
@@ -96,16 +95,10 @@ class _DGrad(torch.autograd.Function):
         )
 
 
-class _WGrad(torch.autograd.Function):
-    generate_vmap_rule = True
-
+class _WGrad(_SavesTwoInputs):
     @staticmethod
     def forward(x: Tensor, gy: Tensor, weight_shape: torch.Size) -> Tensor:
         return _wgrad(x, gy, weight_shape)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple, output: Tensor) -> None:
-        ctx.save_for_backward(inputs[0], inputs[1])
 
     @staticmethod
     def backward(ctx: Any, ggw: Tensor) -> tuple[Tensor | None, ...]:
