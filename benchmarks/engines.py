@@ -218,9 +218,7 @@ def engine_names(args: argparse.Namespace) -> list[str]:
     with ``--explicit-conv-grads`` each batched one with the convolutions' explicit gradients ("/explicit")."""
     names = [e for e in ["learn2learn", "batched"] if e in args.engines] + [f"batched+{c}" for c in args.capture]
     batched = [e for e in names if e != "learn2learn"]
-    folded = [f"{e}{FOLDED}" for e in batched if args.fold_first_norm]
-    explicit = [f"{e}{EXPLICIT}" for e in batched if getattr(args, "explicit_conv_grads", False)]
-    return names + folded + explicit
+    return names + [f"{e}{suffix}" for suffix, option in VARIANTS.items() if getattr(args, option) for e in batched]
 
 
 def variant(engine: str) -> tuple[str, str, dict[str, bool]]:

@@ -80,13 +80,16 @@ def waves(names: list[str], rounds: int, gpus: list[str]) -> list[list[Run]]:
     return planned
 
 
+def run_file(run: Run, out: Path, suffix: str = "") -> Path:
+    """Where a run's files go: ``<out>/<variant>/round<k><suffix>`` (its run folder, ``.json`` figures, ``.log``)."""
+    return out / run.variant / f"round{run.round}{suffix}"
+
+
 def command(run: Run, config: str, steps: int | None, options: list[str], common: list[str], out: Path) -> list[str]:
-    folder = out / run.variant
     steps_args = [] if steps is None else ["--steps", str(steps)]
     return [
-        sys.executable, str(WHOLE_RUN), "--config", config, *steps_args,
-        "--json", str(folder / f"round{run.round}.json"),
-        *common, *options, "--trainer.default_root_dir", str(folder / f"round{run.round}"),
+        sys.executable, str(WHOLE_RUN), "--config", config, *steps_args, "--json", str(run_file(run, out, ".json")),
+        *common, *options, "--trainer.default_root_dir", str(run_file(run, out)),
     ]  # fmt: skip
 
 
@@ -103,7 +106,7 @@ def run_wave(
     """Start a wave's runs together and wait for them (each at most ``limit`` seconds); what went wrong, by run."""
     started = {}
     for run in wave:
-        log = out / run.variant / f"round{run.round}.log"
+        log = run_file(run, out, ".log")
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("w") as stream:
             started[run] = subprocess.Popen(commands[run], stdout=stream, stderr=subprocess.STDOUT, env=envs[run])
@@ -117,7 +120,7 @@ def run_wave(
             problems[run] = f"stopped after {limit:g} s (--limit)"
             continue
         if code:
-            problems[run] = f"exit status {code}: {out / run.variant / f'round{run.round}.log'}"
+            problems[run] = f"exit status {code}: {run_file(run, out, '.log')}"
     return problems
 
 
@@ -187,13 +190,15 @@ def main(argv: list[str] | None = None) -> dict[Run, dict]:
     figures: dict[Run, dict] = {}
     problems: dict[Run, str] = {}
     for wave in plan:
-        options = {run: list(variants[run.variant].options) for run in wave}
-        commands = {run: command(run, args.config, args.steps, options[run], common, args.out) for run in wave}
+        commands = {
+            run: command(run, args.config, args.steps, list(variants[run.variant].options), common, args.out)
+            for run in wave
+        }
         envs = {run: environment(run, variants[run.variant], args.out) for run in wave}
         print("running " + ", ".join(_describe(run) for run in wave), flush=True)
         problems.update(run_wave(wave, commands, envs, args.out, args.limit))
         for run in wave:
-            path = args.out / run.variant / f"round{run.round}.json"
+            path = run_file(run, args.out, ".json")
             if run not in problems and path.exists():
                 figures[run] = {k: v for k, v in json.loads(path.read_text()).items() if k != "record"}
     device = next((row["device"] for row in figures.values()), "no run finished")

@@ -41,6 +41,7 @@ def test_inductor_settings_are_read_as_literals_and_a_key_torch_lacks_is_refused
 
 def test_fold_first_norm_times_each_batched_variant_folded_beside_the_plain_one():
     args = argparse.Namespace(engines=["learn2learn", "batched"], capture=["cuda_graph"], fold_first_norm=True)
+    args.explicit_conv_grads = False
     names = engines.engine_names(args)
     assert names == ["learn2learn", "batched", "batched+cuda_graph", "batched/folded", "batched+cuda_graph/folded"]
     folded = engines.build(engines.SHAPES[0], "batched", torch.device("cpu"), fold_first_norm=True)

@@ -197,9 +197,9 @@ class ConvNet(nn.Module):
         self.per_step_parameters = self.meta_only_parameters  # stacked along a first dimension of inner steps
 
     def forward(self, x: Tensor, step: int = 0) -> Tensor:
+        explicit = self.explicit_conv_grads
         for block, (conv, norm) in enumerate(zip(self.convs, self.norms, strict=True)):
             as_shifts = x.shape[1] == 1 and torch.compiler.is_compiling()
-            explicit = self.explicit_conv_grads
             if block == 0 and self.fold_first_norm:
                 x = conv3x3_batch_norm(x, conv.weight, conv.bias, *norm.affine(step), norm.eps, as_shifts, explicit)
             else:

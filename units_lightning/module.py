@@ -202,8 +202,11 @@ class UnitsMAML(EpisodicEvaluation):
         if score_precision not in ("float32", "bfloat16"):
             raise ValueError(f"score_precision must be 'float32' or 'bfloat16', got {score_precision!r}")
         eval_steps = inner_steps if eval_inner_steps is None else eval_inner_steps
-        convnet_only = {"per_step_bn": per_step_bn, "fold_first_norm": fold_first_norm}
-        convnet_only["explicit_conv_grads"] = explicit_conv_grads
+        convnet_only = {
+            "per_step_bn": per_step_bn,
+            "fold_first_norm": fold_first_norm,
+            "explicit_conv_grads": explicit_conv_grads,
+        }
         if backbone is None:
             bn_steps = max(inner_steps, eval_steps) + 1 if per_step_bn else 1
             backbone = ConvNet(
