@@ -62,9 +62,8 @@ class Shape:
     filters: int
 
 
-FOLDED = "/folded"  # the suffix of an engine variant timed with model.fold_first_norm
-EXPLICIT = "/explicit"  # the suffix of an engine variant timed with model.explicit_conv_grads
-VARIANTS = {FOLDED: "fold_first_norm", EXPLICIT: "explicit_conv_grads"}  # suffix: the model option it turns on
+# the suffix of an engine variant's name: the model option it turns on
+VARIANTS = {"/folded": "fold_first_norm", "/explicit": "explicit_conv_grads"}
 
 SHAPES = [
     Shape("omniglot-5w1s", 5, 1, 1, 8, (1, 28, 28), 64),
