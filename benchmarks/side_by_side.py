@@ -1,12 +1,12 @@
 """Whole runs of one config under several option sets, side by side, round after round: does an option pay?
 
-Each variant (a name, the ``fit`` options and environment variables that make it) runs ``benchmarks/whole_run.py`` in
-a process of its own, with a compile cache of its own (``UNITS_LIGHTNING_COMPILE_CACHE``). Round 1 starts every variant
+Each variant (a name, the ``fit`` options and environment variables that make it) runs ``benchmarks/whole_run.py`` in a
+process of its own, with a compile cache of its own (``UNITS_LIGHTNING_COMPILE_CACHE``). Round 1 starts every variant
 from an empty cache, as on a fresh machine; the rounds after it reuse each variant's cache, as on a machine that has
-run it before. On a GPU host the variants of a round start together, variant i on GPU ``--gpus[i]`` (more variants
-than GPUs: in waves), so that they share the host's state and noise; without GPUs they run one after another, in the
-reverse order every other round. Comparing runs on different machines, or one after another on a shared one,
-measures the machines.
+run it before. On a GPU host the variants of a round start together, one a GPU (more variants than GPUs: in waves), so
+that they share the host's state and noise, and each round moves them one GPU on; without GPUs they run one after
+another, in the reverse order every other round. Comparing runs on different machines, or one after another on a shared
+one, measures the machines.
 
 The table gives each run's steady milliseconds a step before and after selection starts, the one-off costs
 (compiling, capture), the run as measured and the config's full run projected, and each variant's speed over the
@@ -67,13 +67,16 @@ def parse_variant(text: str) -> Variant:
 
 def waves(names: list[str], rounds: int, gpus: list[str]) -> list[list[Run]]:
     """The runs in the order they start: all of a wave at once. With GPUs, a round's variants take one GPU each, in
-    waves of ``len(gpus)``; without, one run a wave, the order reversed every other round."""
+    waves of ``len(gpus)``, the GPUs rotated by one every round (so that a faster GPU favours no variant over the
+    rounds); without, one run a wave, the order reversed every other round."""
     planned: list[list[Run]] = []
     for round_ in range(1, rounds + 1):
         if gpus:
+            turn = (round_ - 1) % len(gpus)
+            rotated = gpus[turn:] + gpus[:turn]  # each round moves the variants one GPU on: no variant keeps a GPU
             for first in range(0, len(names), len(gpus)):
                 chunk = names[first : first + len(gpus)]
-                planned.append([Run(name, round_, gpu) for name, gpu in zip(chunk, gpus, strict=False)])
+                planned.append([Run(name, round_, gpu) for name, gpu in zip(chunk, rotated, strict=False)])
         else:
             order = names if round_ % 2 else names[::-1]
             planned.extend([Run(name, round_, None)] for name in order)

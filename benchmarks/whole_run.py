@@ -9,7 +9,8 @@ every ``--block`` steps, around each validation and at the ends of training. It 
 - the steady seconds per step before and from the sampler's warm-up step (selection starts there): medians over
   blocks of ``--block`` steps, validations and the checkpoints after them taken out, the first block of each phase
   left out (capture and compiling happen there);
-- each validation, and what follows it until the next step (the checkpoints);
+- each validation (their mean), and what follows it until the next step (the checkpoints);
+- Python's full (generation 2) garbage collections in training: how many, their seconds, those inside validations;
 - the one-off costs (capturing graphs, compiling): the training time that the steady rates, the validations and
   the checkpoints do not explain, split by where it fell: the first block, the block of the warm-up step (where
   scoring starts), and the other blocks (their excess over the median: the host's noise);
@@ -43,6 +44,7 @@ import time
 START = time.perf_counter()  # before the imports below: they are part of a command's start-up
 
 import argparse  # noqa: E402
+import gc  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import statistics  # noqa: E402
@@ -85,6 +87,8 @@ class Record:
     capture: str = ""  # how the steps ran (``steps_ran``)
     for_next_run: str = ""  # what CompileForNextRun said (empty where it did nothing)
     hooks: list[tuple[str, float]] = field(default_factory=list)  # (action, host ms a step), costliest first
+    # Python's full (generation 2) garbage collections in training: (global step, seconds, during a validation)
+    collections: list[tuple[int, float, bool]] = field(default_factory=list)
 
 
 RECORDS: list[Record] = []
@@ -100,6 +104,16 @@ class PhaseTimer(Callback):
         RECORDS.append(self.record)
         self._validation_start: float | None = None
         self._validation_end: tuple[int, float] | None = None
+        self._step, self._validating, self._collecting = 0, False, None
+
+    def _collection(self, phase: str, info: dict) -> None:  # a ``gc.callbacks`` entry: times the full collections
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self._collecting = time.perf_counter()
+        elif self._collecting is not None:
+            seconds, self._collecting = time.perf_counter() - self._collecting, None
+            self.record.collections.append((self._step, seconds, self._validating))
 
     @staticmethod
     def _now(pl_module) -> float:
@@ -113,9 +127,10 @@ class PhaseTimer(Callback):
         self.record.epoch_steps = trainer.num_training_batches
         self.record.max_epochs = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else math.inf
         self.record.train_start = self._now(pl_module)
+        gc.callbacks.append(self._collection)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        step = trainer.global_step
+        step = self._step = trainer.global_step
         if self._validation_end is not None:
             at, ended = self._validation_end
             self.record.after_validations.append((at, self._now(pl_module) - ended))
@@ -125,9 +140,11 @@ class PhaseTimer(Callback):
 
     def on_validation_start(self, trainer, pl_module) -> None:
         self._validation_start = self._now(pl_module)
+        self._validating = True
 
     def on_validation_end(self, trainer, pl_module) -> None:
         now = self._now(pl_module)
+        self._validating = False
         if trainer.sanity_checking:
             self.record.sanity += now - self._validation_start
             return
@@ -135,6 +152,8 @@ class PhaseTimer(Callback):
         self._validation_end = (trainer.global_step, now)
 
     def on_train_end(self, trainer, pl_module) -> None:
+        if self._collection in gc.callbacks:
+            gc.callbacks.remove(self._collection)
         self.record.steps = trainer.global_step
         self.record.capture = steps_ran(getattr(getattr(pl_module, "engine", None), "capture", None), pl_module.device)
         said = (c.started for c in trainer.callbacks if isinstance(c, CompileForNextRun) and c.started)
@@ -230,8 +249,10 @@ def project(record: Record, full_steps: float, end: float) -> dict[str, float | 
             f"no validation was measured, and the full run has {full_validations}: give --steps at least "
             f"{record.val_interval} (the steps between validations)"
         )
-    validation = statistics.median(s for _, s in record.validations) if record.validations else 0.0
-    after = statistics.median(s for _, s in record.after_validations) if record.after_validations else 0.0
+    # Means, not medians: validations can take two values (0.22-0.45 s or 0.75-0.95 s in a compiled omniglot_20w1s run
+    # on an H200, no garbage collection among them), and a median then lands on either.
+    validation = statistics.fmean(s for _, s in record.validations) if record.validations else 0.0
+    after = statistics.fmean(s for _, s in record.after_validations) if record.after_validations else 0.0
     train = record.train_end - record.train_start
     warm_steps = min(record.warmup, record.steps)
     # A missing phase takes the other's rate (no scoring rate means no step from the warm-up step on: refused above).
@@ -262,6 +283,9 @@ def project(record: Record, full_steps: float, end: float) -> dict[str, float | 
         "total_s": record.train_end + end,
         "full_steps": full_steps,
         "full_validations": full_validations,
+        "collections": len(record.collections),
+        "collections_s": sum(s for _, s, _ in record.collections),
+        "collections_in_validations_s": sum(s for _, s, validating in record.collections if validating),
         "full_total_s": record.train_start + full_train + end,
     }
 
@@ -414,6 +438,8 @@ def _table(f: dict) -> str:
         ("steady ms a step: warm-up / scoring", f"{ms(f['warmup_step_ms'])} / {ms(f['scoring_step_ms'])}"),
         ("validations: count, s each, s after each (checkpoints)",
          f"{f['validations']}, {f['validation_s']:.3f}, {f['after_validation_s']:.3f}"),
+        ("full garbage collections (Python's generation 2) in training: count, s in all, s of them in validations",
+         f"{f['collections']}, {f['collections_s']:.2f}, {f['collections_in_validations_s']:.2f}"),
         ("one-off (capture, compiling): the first block / the one of the warm-up step / the other blocks' excess",
          f"{f['one_off_s']:.1f} s: {f['first_block_s']:.1f} / {f['scoring_block_s']:.1f} / "
          f"{f['other_blocks_s']:.1f} s"),

@@ -130,6 +130,28 @@ def test_the_folded_convolution_and_batch_norm_equal_them_one_after_the_other(ch
         torch.testing.assert_close(shifted, folded, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("shape", [(5, 1, 28, 28), (3, 3, 32, 32), (2, 4, 7, 5)])
+def test_eager_patch_moments_gather_the_patches_of_unfold_without_im2col(shape):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from units_lightning.backbones import _patches
+
+    class Calls(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    x = torch.randn(shape, dtype=torch.float64)
+    assert torch.equal(_patches(x), F.unfold(x, 3, padding=1))
+    with Calls() as calls:
+        patch_moments(x)
+    assert "im2col" not in calls.names  # on CUDA one kernel launch per image (backbones.patch_moments)
+
+
 def test_a_folded_first_norm_keeps_the_parameters_and_is_the_default_backbones_option():
     from units_lightning.module import UnitsMAML
 

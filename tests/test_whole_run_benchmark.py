@@ -71,6 +71,35 @@ def test_a_run_without_steady_scoring_steps_is_refused():
         whole_run.project(record, full_steps=1200, end=0.0)
 
 
+def test_full_garbage_collections_are_timed_and_those_in_validations_told_apart():
+    import gc
+
+    timer = whole_run.PhaseTimer(block=10)
+    whole_run.RECORDS.remove(timer.record)
+    timer._step = 7
+    gc.callbacks.append(timer._collection)
+    try:
+        gc.collect(1)  # a younger generation's: not counted
+        gc.collect()
+        timer._validating = True
+        gc.collect()
+    finally:
+        gc.callbacks.remove(timer._collection)
+    assert [(step, validating) for step, _, validating in timer.record.collections] == [(7, False), (7, True)]
+    assert all(seconds > 0 for _, seconds, _ in timer.record.collections)
+    record = synthetic_run()
+    record.collections = [(100, 0.25, False), (300, 0.5, True)]
+    figures = whole_run.project(record, full_steps=1200, end=0.0)
+    assert (figures["collections"], figures["collections_s"], figures["collections_in_validations_s"]) == (2, 0.75, 0.5)
+
+
+def test_a_validations_time_is_its_mean_where_they_differ():
+    record = synthetic_run()
+    record.validations = [(300, 0.4), (600, 0.9)]  # two-valued, as on an H200
+    figures = whole_run.project(record, full_steps=1200, end=0.0)
+    assert figures["validation_s"] == pytest.approx(0.65)
+
+
 @pytest.mark.parametrize(
     ("steps", "interval", "epoch", "expected"),
     [(50_000, 500, 500, 100), (50_000, 100, 500, 500), (1_000, 300, 500, 2), (5_000, 500, math.inf, 10), (9, 0, 3, 0)],
