@@ -1,6 +1,7 @@
 """units_lightning.conv_grads: a 3x3 convolution differentiated at every order through its own data and weight
 gradients: the same derivatives as PyTorch's, and no per-task image-sized convolution in a second-order vmap step."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch.func import grad, vmap
@@ -88,6 +89,35 @@ def test_the_graph_pass_rewrites_image_sized_kernels_as_weight_gradients_with_th
     assert torch.ops.aten.convolution_backward.default in targets
     for ours, expected in zip(module(a, b, c, d), image_kernel_convolutions(a, b, c, d), strict=True):
         torch.testing.assert_close(ours, expected, rtol=1e-12, atol=1e-12)
+
+
+def grouped_double_backward_terms(a, b, groups, order=None):
+    # PyTorch's double backward of a grouped convolution, as it reaches Inductor's post-grad graph: the images `a`
+    # (images, groups x channels in, h, w) and the image-sized kernels `b` (images, groups x channels out, h, w)
+    # swapped, cut into the groups' slices, one convolution each, joined along dim 1
+    swapped_a, swapped_b = a.permute(1, 0, 2, 3), b.permute(1, 0, 2, 3)
+    ci, co = a.shape[1] // groups, b.shape[1] // groups
+    order = range(groups) if order is None else order
+    parts = [F.conv2d(swapped_a[g * ci : (g + 1) * ci], swapped_b[g * co : (g + 1) * co], padding=1) for g in order]
+    return torch.cat(parts, 1)
+
+
+@pytest.mark.parametrize(("order", "grouped"), [(None, True), ([1, 0, 2], False)], ids=["groups", "out-of-order"])
+def test_the_groups_of_one_grouped_convolution_become_one_grouped_weight_gradient(order, grouped):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(4, 3 * 5, 7, 6, generator=g, dtype=torch.float64)  # 4 images, 3 groups of 5 channels
+    b = torch.randn(4, 3 * 2, 7, 6, generator=g, dtype=torch.float64)  # 2 output channels a group
+    module = make_fx(lambda a, b: grouped_double_backward_terms(a, b, 3, order), tracing_mode="fake")(a, b)
+    assert weight_gradients_for_image_kernels(module.graph) == 3
+    module.recompile()
+    calls = [node for node in module.graph.nodes if node.op == "call_function"]
+    backward = [node for node in calls if node.target is torch.ops.aten.convolution_backward.default]
+    assert not any(node.target is torch.ops.aten.convolution.default for node in calls)
+    # in order, one weight gradient with 3 groups; out of order, not the pattern: one a group, as before
+    assert [node.args[9] for node in backward] == ([3] if grouped else [1, 1, 1])
+    torch.testing.assert_close(module(a, b), grouped_double_backward_terms(a, b, 3, order), rtol=1e-12, atol=1e-12)
 
 
 def test_the_pass_is_named_the_same_in_every_process_for_the_caches():

@@ -15,8 +15,9 @@ operations' own rules (``generate_vmap_rule``).
 
 ``torch.compile`` cannot trace an ``autograd.Function`` under ``vmap`` (Dynamo's wrapper has no batching rule), so
 inside a compiled graph ``conv3x3_explicit_grads`` is ``F.conv2d``, and ``WeightGradientPass``, a pass over
-Inductor's post-grad graph, rewrites each image-sized-kernel convolution there as the weight gradient it is. The
-engine adds it to its compiled graphs where the backbone asks for ``explicit_conv_grads``.
+Inductor's post-grad graph, rewrites each image-sized-kernel convolution there as the weight gradient it is: the
+groups of one grouped convolution (the tasks) as one grouped weight gradient, as eagerly. The engine adds it to its
+compiled graphs where the backbone asks for ``explicit_conv_grads``.
 """
 
 from __future__ import annotations
@@ -124,37 +125,110 @@ def weight_gradients_for_image_kernels(graph: torch.fx.Graph) -> int:
     ``b`` is as large as its image ``a`` and larger than its output (stride 1, padding p, no bias, no groups: a
     (2p+1)x(2p+1) output) as the weight gradient it is: ``out[i, o] = sum_n a[i, n] * b[o, n]`` over positions is,
     transposed, ``wgrad`` of a (2p+1)x(2p+1) convolution whose input is ``a`` with batch and channels swapped and whose
-    output gradient is ``b`` swapped the same way. Returns how many it rewrote."""
-    aten, rewritten = torch.ops.aten, 0
+    output gradient is ``b`` swapped the same way. Where such convolutions are the groups of one grouped convolution's
+    double backward (``_merge_groups``), all of them become one grouped weight gradient. Returns how many convolutions
+    it rewrote."""
+    rewritten = 0
     for node in list(graph.nodes):
-        if node.op != "call_function" or node.target is not aten.convolution.default:
+        if node.op == "call_function" and node.target is torch.ops.aten.cat.default:
+            rewritten += _merge_groups(graph, node)
+    for node in list(graph.nodes):
+        padding = _image_kernel_padding(node)
+        if padding is None:
             continue
-        a, b, bias, stride, padding, dilation, transposed, _, groups = node.args
-        image, kernel, out = (getattr(n, "meta", {}).get("val") for n in (a, b, node))
-        if image is None or kernel is None or out is None or image.dim() != 4 or bias is not None:
-            continue
-        if transposed or groups != 1 or list(stride) != [1, 1] or list(dilation) != [1, 1]:
-            continue
-        size = 2 * padding[0] + 1
-        if padding[0] != padding[1] or kernel.shape[2:] != image.shape[2:] or tuple(out.shape[2:]) != (size, size):
-            continue
-        if max(kernel.shape[2:]) <= size:  # a 3x3 image with a 3x3 kernel is an ordinary convolution: left alone
-            continue
+        a, b = node.args[:2]
         with graph.inserting_before(node):
-            x = graph.call_function(aten.permute.default, (a, [1, 0, 2, 3]))
-            gy = graph.call_function(aten.permute.default, (b, [1, 0, 2, 3]))
-            shape = [kernel.shape[0], image.shape[0], size, size]
-            weight = graph.call_function(
-                aten.empty.memory_format, (shape,), {"dtype": image.dtype, "device": image.device}
-            )
-            geometry = ([1, 1], list(padding), [1, 1], False, [0, 0], 1, [False, True, False])
-            grads = graph.call_function(aten.convolution_backward.default, (gy, x, weight, None, *geometry))
-            wgrad = graph.call_function(operator.getitem, (grads, 1))
-            result = graph.call_function(aten.permute.default, (wgrad, [1, 0, 2, 3]))
+            result = _swapped_weight_gradient(graph, a, b, padding, groups=1)
         node.replace_all_uses_with(result)
         graph.erase_node(node)
         rewritten += 1
     return rewritten
+
+
+def _image_kernel_padding(node: torch.fx.Node) -> list[int] | None:
+    """The padding of ``node`` where it is a convolution with an image-sized kernel (see
+    ``weight_gradients_for_image_kernels``), else None."""
+    if node.op != "call_function" or node.target is not torch.ops.aten.convolution.default:
+        return None
+    a, b, bias, stride, padding, dilation, transposed, _, groups = node.args
+    image, kernel, out = (getattr(n, "meta", {}).get("val") for n in (a, b, node))
+    if image is None or kernel is None or out is None or image.dim() != 4 or bias is not None:
+        return None
+    if transposed or groups != 1 or list(stride) != [1, 1] or list(dilation) != [1, 1]:
+        return None
+    size = 2 * padding[0] + 1
+    if padding[0] != padding[1] or kernel.shape[2:] != image.shape[2:] or tuple(out.shape[2:]) != (size, size):
+        return None
+    if max(kernel.shape[2:]) <= size:  # a 3x3 image with a 3x3 kernel is an ordinary convolution: left alone
+        return None
+    return list(padding)
+
+
+def _swapped_weight_gradient(graph: torch.fx.Graph, a: Any, b: Any, padding: list[int], groups: int) -> torch.fx.Node:
+    """Nodes for ``conv(a, b)`` of image-sized kernels as a weight gradient (``groups`` of them at once, their
+    channels side by side): ``wgrad`` of the swapped tensors, swapped back."""
+    aten = torch.ops.aten
+    image, kernel = a.meta["val"], b.meta["val"]
+    size = 2 * padding[0] + 1
+    x = graph.call_function(aten.permute.default, (a, [1, 0, 2, 3]))
+    gy = graph.call_function(aten.permute.default, (b, [1, 0, 2, 3]))
+    shape = [kernel.shape[0], image.shape[0] // groups, size, size]
+    weight = graph.call_function(aten.empty.memory_format, (shape,), {"dtype": image.dtype, "device": image.device})
+    geometry = ([1, 1], padding, [1, 1], False, [0, 0], groups, [False, True, False])
+    grads = graph.call_function(aten.convolution_backward.default, (gy, x, weight, None, *geometry))
+    wgrad = graph.call_function(operator.getitem, (grads, 1))
+    return graph.call_function(aten.permute.default, (wgrad, [1, 0, 2, 3]))
+
+
+def _merge_groups(graph: torch.fx.Graph, cat: torch.fx.Node) -> int:
+    """Where ``cat`` joins, along dim 1, image-sized-kernel convolutions of consecutive equal slices (dim 0) of one
+    tensor ``A`` and one tensor ``B`` (PyTorch's double backward of a grouped convolution, one convolution a group,
+    that is a task under ``vmap``), replace it by one weight gradient with as many groups: ``cat`` of the groups'
+    ``(C_in, C_out, k, k)`` results along dim 1 is the swap of the grouped ``(groups * C_out, C_in, k, k)`` one.
+    Returns the convolutions it replaced (0: the pattern is not there)."""
+    parts, dim = cat.args[0], cat.args[1] if len(cat.args) > 1 else 0
+    if dim not in (1, -3) or len(parts) < 2 or not all(isinstance(part, torch.fx.Node) for part in parts):
+        return 0
+    paddings = [_image_kernel_padding(part) for part in parts]
+    if any(padding is None or padding != paddings[0] for padding in paddings) or any(len(p.users) != 1 for p in parts):
+        return 0
+    sources = []
+    for operand in (0, 1):  # the images A, then the kernels B: one tensor each, cut into consecutive equal slices
+        slices = [_dim0_slice(part.args[operand]) for part in parts]
+        if any(cut is None or cut[0] is not slices[0][0] for cut in slices):
+            return 0
+        width = slices[0][2] - slices[0][1]
+        if [cut[1:] for cut in slices] != [(g * width, (g + 1) * width) for g in range(len(parts))]:
+            return 0
+        if slices[0][0].meta["val"].shape[0] != width * len(parts):
+            return 0
+        sources.append(slices[0][0])
+    with graph.inserting_before(cat):
+        result = _swapped_weight_gradient(graph, *sources, paddings[0], groups=len(parts))
+    cat.replace_all_uses_with(result)
+    graph.erase_node(cat)
+    for part in parts:
+        cuts = [arg for arg in part.args[:2] if isinstance(arg, torch.fx.Node)]
+        graph.erase_node(part)
+        for cut in cuts:
+            if not cut.users:
+                graph.erase_node(cut)
+    return len(parts)
+
+
+def _dim0_slice(node: Any) -> tuple[torch.fx.Node, int, int] | None:
+    """``(source, start, end)`` where ``node`` is ``aten.slice(source, 0, start, end)`` with step 1, the end clamped to
+    the source's length; else None."""
+    if not isinstance(node, torch.fx.Node) or node.target is not torch.ops.aten.slice.Tensor:
+        return None
+    defaults = (None, 0, 0, None, 1)  # aten.slice(self, dim=0, start=None, end=None, step=1)
+    source, dim, start, end, step = (*node.args, *defaults[len(node.args) :])
+    value, start = getattr(source, "meta", {}).get("val"), start or 0
+    if value is None or dim != 0 or step != 1 or not isinstance(start, int):
+        return None
+    length = value.shape[0]
+    end = length if end is None else min(end, length)
+    return (source, start, end) if isinstance(end, int) else None
 
 
 def _weight_gradient_pass_base() -> type:

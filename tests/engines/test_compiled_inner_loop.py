@@ -68,12 +68,13 @@ def test_compiled_inner_loop_meta_gradient_equals_eager_in_float64(device, chann
 @pytest.mark.parametrize("device", DEVICES)
 def test_compiled_convolutions_with_explicit_gradients_give_eagers_meta_gradient_in_float64(device, monkeypatch):
     # explicit_conv_grads under compile: Inductor's post-grad pass (conv_grads.WeightGradientPass) rewrites the double
-    # backward's image-sized-kernel convolutions, one per task and layer, as weight gradients
+    # backward's image-sized-kernel convolutions, one per task and layer, as one grouped weight gradient a layer
     from units_lightning import conv_grads
 
-    passes = []
-    original = conv_grads.weight_gradients_for_image_kernels
+    passes, merged = [], []
+    original, merge = conv_grads.weight_gradients_for_image_kernels, conv_grads._merge_groups
     monkeypatch.setattr(conv_grads, "weight_gradients_for_image_kernels", lambda g: passes.append(original(g)) or 0)
+    monkeypatch.setattr(conv_grads, "_merge_groups", lambda g, cat: merged.append(merge(g, cat)) or merged[-1])
     eager = agree.make_engine("batched", "per_layer_per_step", True, capture="none").to(device)
     compiled = agree.make_engine("batched", "per_layer_per_step", True, capture="compile", explicit_conv_grads=True)
     torch._dynamo.reset()
@@ -82,6 +83,7 @@ def test_compiled_convolutions_with_explicit_gradients_give_eagers_meta_gradient
     expected, ours = meta_gradient(eager, device), meta_gradient(compiled.to(device), device)
     agree.assert_close(ours, expected, f"compiled convolutions with explicit gradients on {device}")
     assert sum(passes) >= agree.TASKS  # at least one rewritten convolution a task
+    assert agree.TASKS in merged  # a layer's tasks, one convolution each, merged into one grouped weight gradient
 
 
 @pytest.mark.parametrize("device", DEVICES)
