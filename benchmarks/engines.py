@@ -214,18 +214,21 @@ def release(device: torch.device) -> float:
 def engine_names(args: argparse.Namespace) -> list[str]:
     """The engines to time, learn2learn (the baseline) first, then eager batched, then its capture variants; with
     ``--fold-first-norm`` each batched one again with the first batch norm folded into its convolution ("/folded"),
-    with ``--explicit-conv-grads`` each batched one with the convolutions' explicit gradients ("/explicit")."""
+    with ``--explicit-conv-grads`` each batched one with the convolutions' explicit gradients ("/explicit"); with both,
+    also each with both ("/folded/explicit", as the Omniglot configs)."""
     names = [e for e in ["learn2learn", "batched"] if e in args.engines] + [f"batched+{c}" for c in args.capture]
     batched = [e for e in names if e != "learn2learn"]
-    return names + [f"{e}{suffix}" for suffix, option in VARIANTS.items() if getattr(args, option) for e in batched]
+    chosen = [suffix for suffix, option in VARIANTS.items() if getattr(args, option)]
+    suffixes = chosen + (["".join(chosen)] if len(chosen) > 1 else [])
+    return names + [f"{e}{suffix}" for suffix in suffixes for e in batched]
 
 
 def variant(engine: str) -> tuple[str, str, dict[str, bool]]:
     """An engine name's kind, capture and model options: "batched+cuda_graph/folded" is ("batched", "cuda_graph",
-    {"fold_first_norm": True})."""
-    name, slash, suffix = engine.partition("/")
+    {"fold_first_norm": True}); "batched/folded/explicit" sets both options."""
+    name, *suffixes = engine.split("/")
     kind, _, capture = name.partition("+")
-    return kind, capture, ({VARIANTS[slash + suffix]: True} if slash else {})
+    return kind, capture, {VARIANTS["/" + suffix]: True for suffix in suffixes}
 
 
 def run(args: argparse.Namespace) -> list[dict]:

@@ -58,8 +58,11 @@ def test_explicit_conv_grads_times_each_batched_variant_beside_the_plain_one():
     args = argparse.Namespace(engines=["learn2learn", "batched"], capture=captures, fold_first_norm=True)
     args.explicit_conv_grads = True
     names = engines.engine_names(args)
-    assert names[-3:] == ["batched/explicit", "batched+cuda_graph/explicit", "batched+compile/explicit"]
+    assert names[-6:-3] == ["batched/explicit", "batched+cuda_graph/explicit", "batched+compile/explicit"]
+    assert names[-2] == "batched+cuda_graph/folded/explicit"  # both options, as the Omniglot configs set them
     assert engines.variant("batched+cuda_graph/explicit") == ("batched", "cuda_graph", {"explicit_conv_grads": True})
+    both = {"fold_first_norm": True, "explicit_conv_grads": True}
+    assert engines.variant("batched+cuda_graph/folded/explicit") == ("batched", "cuda_graph", both)
     assert engines.variant("batched+compile/folded") == ("batched", "compile", {"fold_first_norm": True})
     assert engines.variant("learn2learn") == ("learn2learn", "", {})
     model = engines.build(engines.SHAPES[0], "batched", torch.device("cpu"), explicit_conv_grads=True)
