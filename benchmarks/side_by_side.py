@@ -1,12 +1,12 @@
 """Whole runs of one config under several option sets, side by side, round after round: does an option pay?
 
-Each variant (a name, the ``fit`` options and environment variables that make it) runs ``benchmarks/whole_run.py`` in a
-process of its own, with a compile cache of its own (``UNITS_LIGHTNING_COMPILE_CACHE``). Round 1 starts every variant
-from an empty cache, as on a fresh machine; the rounds after it reuse each variant's cache, as on a machine that has
-run it before. On a GPU host the variants of a round start together, one a GPU (more variants than GPUs: in waves), so
-that they share the host's state and noise, and each round moves them one GPU on; without GPUs they run one after
-another, in the reverse order every other round. Comparing runs on different machines, or one after another on a shared
-one, measures the machines.
+Each variant (a name, the ``fit`` options and environment variables that make it, and optionally another checkout of
+the project, to compare commits) runs ``benchmarks/whole_run.py`` in a process of its own, with a compile cache of its
+own (``UNITS_LIGHTNING_COMPILE_CACHE``). Round 1 starts every variant from an empty cache, as on a fresh machine; the
+rounds after it reuse each variant's cache, as on a machine that has run it before. On a GPU host the variants of a
+round start together, one a GPU (more variants than GPUs: in waves), so that they share the host's state and noise, and
+each round moves them one GPU on; without GPUs they run one after another, in the reverse order every other round.
+Comparing runs on different machines, or one after another on a shared one, measures the machines.
 
 The table gives each run's steady milliseconds a step before and after selection starts, the one-off costs
 (compiling, capture), the run as measured and the config's full run projected, and each variant's speed over the
@@ -16,8 +16,11 @@ know to ``fit``).
     python benchmarks/side_by_side.py --config configs/omniglot_20w1s.yaml --steps 5000 --rounds 2 --gpus 0 1 \\
         --variant "plain=--model.fold_first_norm false" --variant "folded=--model.fold_first_norm true" \\
         --out /tmp/side_by_side -- --data.root <omniglot>
-    python benchmarks/side_by_side.py --config configs/omniglot_20w1s.yaml --steps 3000 --gpus 0 1 --out <new folder> \
+    python benchmarks/side_by_side.py --config configs/omniglot_20w1s.yaml --steps 3000 --gpus 0 1 --out <new folder> \\
         --variant as-shipped --variant "cudnn-v7=TORCH_CUDNN_V8_API_DISABLED=1" -- --data.root <omniglot>
+    git worktree add /tmp/before <commit> && python benchmarks/side_by_side.py --config configs/omniglot_20w1s.yaml \\
+        --steps 5000 --gpus 0 1 --out <new folder> --variant "before@/tmp/before" --variant now \\
+        -- --data.root <omniglot>
 """
 
 from __future__ import annotations
@@ -47,22 +50,28 @@ class Variant:
     name: str
     options: tuple[str, ...] = ()  # for ``fit`` (through whole_run.py)
     env: tuple[tuple[str, str], ...] = ()  # environment variables of its processes
+    tree: Path | None = None  # another checkout of the project: its whole_run.py, configs and package; None: this one
 
 
 def parse_variant(text: str) -> Variant:
-    """``"NAME=[VAR=value ...] [--fit.option value ...]"``: the words before the first option that read ``VAR=value``
-    (capitals, digits and _) are environment variables of the variant's processes (``TORCHINDUCTOR_...``,
-    ``CUDNN_...``); the rest go to ``fit``. A name alone is the config as it is."""
-    name, _, rest = text.partition("=")
-    if not name or not name.replace("-", "").replace("_", "").isalnum():
-        raise argparse.ArgumentTypeError(f"a variant is NAME=OPTIONS, NAME of letters, digits, - and _: {text!r}")
+    """``"NAME[@TREE]=[VAR=value ...] [--fit.option value ...]"``: the words before the first option that read
+    ``VAR=value`` (capitals, digits and _) are environment variables of the variant's processes
+    (``TORCHINDUCTOR_...``, ``CUDNN_...``); the rest go to ``fit``. A name alone is the config as it is. With ``@TREE``
+    the variant runs another checkout of the project (an older commit's code: ``git worktree add <folder> <commit>``),
+    its own ``benchmarks/whole_run.py``, config and package."""
+    head, _, rest = text.partition("=")
+    name, at, tree = head.partition("@")
+    if not name or not name.replace("-", "").replace("_", "").isalnum() or (at and not tree):
+        raise argparse.ArgumentTypeError(
+            f"a variant is NAME[@TREE]=OPTIONS, NAME of letters, digits, - and _: {text!r}"
+        )
     words, env = shlex.split(rest), []
     while words and not words[0].startswith("-") and "=" in words[0]:
         key, _, value = words.pop(0).partition("=")
         if not key or not all(c.isupper() or c.isdigit() or c == "_" for c in key):
             raise argparse.ArgumentTypeError(f"{key}={value} in variant {name!r}: not an environment variable's name")
         env.append((key, value))
-    return Variant(name, tuple(words), tuple(env))
+    return Variant(name, tuple(words), tuple(env), Path(tree).resolve() if at else None)
 
 
 def waves(names: list[str], rounds: int, gpus: list[str]) -> list[list[Run]]:
@@ -88,11 +97,16 @@ def run_file(run: Run, out: Path, suffix: str = "") -> Path:
     return out / run.variant / f"round{run.round}{suffix}"
 
 
-def command(run: Run, config: str, steps: int | None, options: list[str], common: list[str], out: Path) -> list[str]:
-    steps_args = [] if steps is None else ["--steps", str(steps)]
+def command(run: Run, variant: Variant, config: str, steps: int | None, common: list[str], out: Path) -> list[str]:
+    """The run's ``whole_run.py`` command: its tree's script and, where the config path is relative, its tree's
+    config; every run's options, then the variant's (the later wins), then its run folder."""
+    script, steps_args = WHOLE_RUN, [] if steps is None else ["--steps", str(steps)]
+    if variant.tree is not None:
+        script = variant.tree / "benchmarks" / "whole_run.py"
+        config = config if Path(config).is_absolute() else str(variant.tree / config)
     return [
-        sys.executable, str(WHOLE_RUN), "--config", config, *steps_args, "--json", str(run_file(run, out, ".json")),
-        *common, *options, "--trainer.default_root_dir", str(run_file(run, out)),
+        sys.executable, str(script), "--config", config, *steps_args, "--json", str(run_file(run, out, ".json")),
+        *common, *variant.options, "--trainer.default_root_dir", str(run_file(run, out)),
     ]  # fmt: skip
 
 
@@ -100,6 +114,8 @@ def environment(run: Run, variant: Variant, out: Path) -> dict[str, str]:
     env = {**os.environ, **dict(variant.env), "UNITS_LIGHTNING_COMPILE_CACHE": str(out / run.variant / "cache")}
     if run.gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = run.gpu
+    if variant.tree is not None:  # its package before any installed one (an editable install points at this tree)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(variant.tree), env.get("PYTHONPATH")]))
     return env
 
 
@@ -172,7 +188,7 @@ def main(argv: list[str] | None = None) -> dict[Run, dict]:
         type=parse_variant,
         action="append",
         required=True,
-        help='"NAME=[VAR=value ...] [--option ...]"',
+        help='"NAME[@TREE]=[VAR=value ...] [--option ...]" (TREE: another checkout, e.g. an older commit\'s)',
     )
     parser.add_argument("--steps", type=int, help="steps of each run (whole_run.py projects the full run)")
     parser.add_argument("--rounds", type=int, default=2, help="round 1 from empty caches, the rest from each its own")
@@ -184,6 +200,9 @@ def main(argv: list[str] | None = None) -> dict[Run, dict]:
     variants = {variant.name: variant for variant in args.variant}
     if len(variants) != len(args.variant):
         parser.error("each variant needs a name of its own")
+    for variant in args.variant:
+        if variant.tree is not None and not (variant.tree / "benchmarks" / "whole_run.py").is_file():
+            parser.error(f"variant {variant.name}: {variant.tree} holds no benchmarks/whole_run.py: not a checkout")
     if args.out.exists() and any(args.out.iterdir()):
         parser.error(f"--out {args.out} is not empty: round 1 must start from empty compile caches; give a new folder")
     common = [word for word in args.common if word != "--"]
@@ -193,10 +212,7 @@ def main(argv: list[str] | None = None) -> dict[Run, dict]:
     figures: dict[Run, dict] = {}
     problems: dict[Run, str] = {}
     for wave in plan:
-        commands = {
-            run: command(run, args.config, args.steps, list(variants[run.variant].options), common, args.out)
-            for run in wave
-        }
+        commands = {run: command(run, variants[run.variant], args.config, args.steps, common, args.out) for run in wave}
         envs = {run: environment(run, variants[run.variant], args.out) for run in wave}
         print("running " + ", ".join(_describe(run) for run in wave), flush=True)
         problems.update(run_wave(wave, commands, envs, args.out, args.limit))

@@ -1,6 +1,7 @@
 """benchmarks/side_by_side.py: variants of one config run side by side, each with a compile cache of its own."""
 
 import json
+from pathlib import Path
 
 import pytest
 from tiny_setup import QUICKSTART, TINY_QUICKSTART
@@ -20,7 +21,7 @@ json.dump({
     "device": "fake", "warmup_step_ms": 8.0 if folded else 10.0, "scoring_step_ms": 15.0 if folded else 12.0,
     "one_off_s": 1.5, "total_s": 20.0, "full_total_s": 600.0, "argv": args,
     "cache": os.environ["UNITS_LIGHTNING_COMPILE_CACHE"], "gpu": os.environ.get("CUDA_VISIBLE_DEVICES"),
-    "knob": os.environ.get("SIDE_BY_SIDE_KNOB"),
+    "knob": os.environ.get("SIDE_BY_SIDE_KNOB"), "script": __file__, "path": os.environ.get("PYTHONPATH", ""),
     "record": {"left": "out"},
 }, open(out, "w"))
 """
@@ -34,8 +35,12 @@ def test_variants_are_parsed_from_a_name_its_environment_and_its_options():
     assert side_by_side.parse_variant("v7=TORCH_CUDNN_V8_API_DISABLED=1 A_2='x y' --trainer.x=1 B=2") == Variant(
         "v7", ("--trainer.x=1", "B=2"), (("TORCH_CUDNN_V8_API_DISABLED", "1"), ("A_2", "x y"))
     )  # the environment comes first; after the first option every word is fit's
-    with pytest.raises(Exception, match="NAME=OPTIONS"):
+    with pytest.raises(Exception, match="NAME\\[@TREE\\]=OPTIONS"):
         side_by_side.parse_variant("a/b=--x 1")
+    with pytest.raises(Exception, match="NAME\\[@TREE\\]=OPTIONS"):
+        side_by_side.parse_variant("a@=--x 1")
+    before = side_by_side.parse_variant("before@/some/tree=--x 1")
+    assert (before.name, before.options, before.tree) == ("before", ("--x", "1"), Path("/some/tree").resolve())
     with pytest.raises(Exception, match="not an environment variable's name"):
         side_by_side.parse_variant("a=lower=1")
 
@@ -100,6 +105,28 @@ def test_each_variant_runs_in_its_own_process_cache_and_gpu(tmp_path, monkeypatc
     assert f"| broken | 1 | exit status 3: {out / 'broken' / 'round1.log'} |" in printed
 
 
+def test_a_variant_of_another_checkout_runs_that_trees_script_config_and_package(tmp_path, monkeypatch):
+    fake = tmp_path / "fake_whole_run.py"
+    fake.write_text(FAKE_WHOLE_RUN)
+    monkeypatch.setattr(side_by_side, "WHOLE_RUN", fake)
+    tree = tmp_path / "before"  # an older checkout: its own whole_run.py and configs
+    (tree / "benchmarks").mkdir(parents=True)
+    (tree / "benchmarks" / "whole_run.py").write_text(FAKE_WHOLE_RUN)
+    out = tmp_path / "out"
+    figures = side_by_side.main(
+        ["--config", "configs/x.yaml", "--rounds", "1", "--out", str(out), "--variant", f"before@{tree}",
+         "--variant", "now", "--", "--data.root", "d"]
+    )  # fmt: skip
+    by_name = {run.variant: row for run, row in figures.items()}
+    assert by_name["before"]["script"] == str(tree / "benchmarks" / "whole_run.py")
+    assert by_name["before"]["argv"][:2] == ["--config", str(tree / "configs" / "x.yaml")]  # the tree's config
+    assert by_name["before"]["path"].split(":")[0] == str(tree)  # its package first
+    assert by_name["now"]["script"] == str(fake) and by_name["now"]["argv"][:2] == ["--config", "configs/x.yaml"]
+    assert not by_name["now"]["path"].startswith(str(tree))
+    with pytest.raises(SystemExit):
+        side_by_side.main(["--config", "c.yaml", "--variant", f"x@{tmp_path / 'nothing'}", "--out", str(out / "2")])
+
+
 def test_a_folder_that_is_not_empty_is_refused(tmp_path, capsys):
     (tmp_path / "old").mkdir()
     with pytest.raises(SystemExit):
@@ -112,7 +139,7 @@ def test_a_run_past_its_limit_is_stopped_and_reported(tmp_path, monkeypatch):
     fake.write_text("import time\ntime.sleep(60)\n")
     monkeypatch.setattr(side_by_side, "WHOLE_RUN", fake)
     run = Run("slow", 1, None)
-    commands = {run: side_by_side.command(run, "c.yaml", None, [], [], tmp_path)}
+    commands = {run: side_by_side.command(run, Variant("slow"), "c.yaml", None, [], tmp_path)}
     envs = {run: side_by_side.environment(run, Variant("slow"), tmp_path)}
     assert side_by_side.run_wave([run], commands, envs, tmp_path, limit=0.5) == {run: "stopped after 0.5 s (--limit)"}
 
