@@ -9,7 +9,8 @@ every ``--block`` steps, around each validation and at the ends of training. It 
 - the steady seconds per step before and from the sampler's warm-up step (selection starts there): medians over
   blocks of ``--block`` steps, validations and the checkpoints after them taken out, the first block of each phase
   left out (capture and compiling happen there);
-- each validation (their mean), and what follows it until the next step (the checkpoints);
+- each validation (their mean), in parts (to its first batch, its batches and the slowest of them, after its last
+  batch), and what follows it until the next step (the checkpoints);
 - Python's full (generation 2) garbage collections in training: how many, their seconds, those inside validations;
 - the one-off costs (capturing graphs, compiling): the training time that the steady rates, the validations and
   the checkpoints do not explain, split by where it fell: the first block, the block of the warm-up step (where
@@ -89,6 +90,8 @@ class Record:
     hooks: list[tuple[str, float]] = field(default_factory=list)  # (action, host ms a step), costliest first
     # Python's full (generation 2) garbage collections in training: (global step, seconds, during a validation)
     collections: list[tuple[int, float, bool]] = field(default_factory=list)
+    # each validation in parts: (step, to its first batch, its batches, its slowest batch, after its last batch)
+    validation_parts: list[tuple[int, float, float, float, float]] = field(default_factory=list)
 
 
 RECORDS: list[Record] = []
@@ -105,6 +108,7 @@ class PhaseTimer(Callback):
         self._validation_start: float | None = None
         self._validation_end: tuple[int, float] | None = None
         self._step, self._validating, self._collecting = 0, False, None
+        self._batches: list[tuple[float, float]] = []  # (start, end) of the current validation's batches
 
     def _collection(self, phase: str, info: dict) -> None:  # a ``gc.callbacks`` entry: times the full collections
         if info["generation"] != 2:
@@ -140,7 +144,13 @@ class PhaseTimer(Callback):
 
     def on_validation_start(self, trainer, pl_module) -> None:
         self._validation_start = self._now(pl_module)
-        self._validating = True
+        self._validating, self._batches = True, []
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
+        self._batches.append((self._now(pl_module), math.nan))
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        self._batches[-1] = (self._batches[-1][0], self._now(pl_module))
 
     def on_validation_end(self, trainer, pl_module) -> None:
         now = self._now(pl_module)
@@ -149,6 +159,11 @@ class PhaseTimer(Callback):
             self.record.sanity += now - self._validation_start
             return
         self.record.validations.append((trainer.global_step, now - self._validation_start))
+        if self._batches:
+            spans = [end - start for start, end in self._batches]
+            first, last = self._batches[0][0], self._batches[-1][1]
+            parts = (first - self._validation_start, sum(spans), max(spans), now - last)
+            self.record.validation_parts.append((trainer.global_step, *parts))
         self._validation_end = (trainer.global_step, now)
 
     def on_train_end(self, trainer, pl_module) -> None:
@@ -283,11 +298,22 @@ def project(record: Record, full_steps: float, end: float) -> dict[str, float | 
         "total_s": record.train_end + end,
         "full_steps": full_steps,
         "full_validations": full_validations,
+        **validation_parts(record),
         "collections": len(record.collections),
         "collections_s": sum(s for _, s, _ in record.collections),
         "collections_in_validations_s": sum(s for _, s, validating in record.collections if validating),
         "full_total_s": record.train_start + full_train + end,
     }
+
+
+def validation_parts(record: Record) -> dict[str, float | None]:
+    """Means over the validations: seconds to the first batch (the loader's start), in the batches, in the slowest
+    batch, and after the last batch (the epoch's metrics, logging, the callbacks before the checkpoints). None each
+    without a validation."""
+    names = ("validation_to_first_batch_s", "validation_batches_s", "validation_slowest_batch_s", "validation_after_s")
+    if not record.validation_parts:
+        return dict.fromkeys(names)
+    return {name: statistics.fmean(row[i] for row in record.validation_parts) for i, name in enumerate(names, 1)}
 
 
 def compiler_seconds() -> dict[str, float | None]:
@@ -430,6 +456,9 @@ def _table(f: dict) -> str:
     def seconds(value: float | None) -> str:
         return "-" if value is None else f"{value:.1f}"
 
+    def seconds3(value: float | None) -> str:
+        return "-" if value is None else f"{value:.3f}"
+
     rows = [
         ("imports (torch, Lightning, this package)", f"{f['imports_s']:.1f} s" + _BYTECODE[f["bytecode_kept"]]),
         ("start-up to the first step (imports and sanity check included)", f"{f['start_up_s']:.1f} s"),
@@ -438,6 +467,9 @@ def _table(f: dict) -> str:
         ("steady ms a step: warm-up / scoring", f"{ms(f['warmup_step_ms'])} / {ms(f['scoring_step_ms'])}"),
         ("validations: count, s each, s after each (checkpoints)",
          f"{f['validations']}, {f['validation_s']:.3f}, {f['after_validation_s']:.3f}"),
+        ("a validation in parts (means): to the first batch / the batches / the slowest batch / after the last",
+         " / ".join(seconds3(f[key]) for key in ("validation_to_first_batch_s", "validation_batches_s",
+                                                  "validation_slowest_batch_s", "validation_after_s")) + " s"),
         ("full garbage collections (Python's generation 2) in training: count, s in all, s of them in validations",
          f"{f['collections']}, {f['collections_s']:.2f}, {f['collections_in_validations_s']:.2f}"),
         ("one-off (capture, compiling): the first block / the one of the warm-up step / the other blocks' excess",

@@ -93,6 +93,17 @@ def test_full_garbage_collections_are_timed_and_those_in_validations_told_apart(
     assert (figures["collections"], figures["collections_s"], figures["collections_in_validations_s"]) == (2, 0.75, 0.5)
 
 
+def test_validations_in_parts_are_averaged_over_the_validations():
+    record = synthetic_run()
+    assert set(whole_run.validation_parts(record).values()) == {None}
+    record.validation_parts = [(300, 0.1, 0.3, 0.2, 0.05), (600, 0.3, 0.5, 0.4, 0.15)]
+    parts = whole_run.validation_parts(record)
+    assert parts["validation_to_first_batch_s"] == pytest.approx(0.2)
+    assert parts["validation_batches_s"] == pytest.approx(0.4)
+    assert parts["validation_slowest_batch_s"] == pytest.approx(0.3)
+    assert parts["validation_after_s"] == pytest.approx(0.1)
+
+
 def test_a_validations_time_is_its_mean_where_they_differ():
     record = synthetic_run()
     record.validations = [(300, 0.4), (600, 0.9)]  # two-valued, as on an H200
@@ -122,6 +133,10 @@ def test_a_tiny_quick_start_is_timed_and_projected(tmp_path, capsys, monkeypatch
     assert figures["warmup_step_ms"] > 0 and figures["scoring_step_ms"] > 0
     assert figures["validations"] == 2 and figures["full_validations"] == 4  # one validation an epoch
     assert figures["validation_s"] > 0 and figures["after_validation_s"] > 0
+    parts = [figures[f"validation_{name}_s"] for name in ("to_first_batch", "batches", "after")]
+    assert all(part >= 0 for part in parts) and figures["validation_batches_s"] > 0
+    assert sum(parts) <= figures["validation_s"] + 1e-6  # the gaps between batches (the loader) are in none of them
+    assert 0 < figures["validation_slowest_batch_s"] <= figures["validation_batches_s"]
     assert 0 < figures["start_up_s"] < figures["total_s"] < figures["full_total_s"]
     parts = figures["first_block_s"] + figures["scoring_block_s"] + figures["other_blocks_s"]
     assert parts == pytest.approx(figures["one_off_s"])
