@@ -53,6 +53,7 @@ import sys  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 from dataclasses import asdict, dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
 import torch  # noqa: E402
 import yaml  # noqa: E402
@@ -107,8 +108,10 @@ class PhaseTimer(Callback):
         RECORDS.append(self.record)
         self._validation_start: float | None = None
         self._validation_end: tuple[int, float] | None = None
-        self._step, self._validating, self._collecting = 0, False, None
-        self._batches: list[tuple[float, float]] = []  # (start, end) of the current validation's batches
+        self._step, self._collecting = 0, None
+        # the current validation's batches, (start, end) each, marked on the device's timeline (``_mark``)
+        self._batches: list[list[Any]] = []
+        self._origin: Any = None  # the mark at the validation's start
 
     def _collection(self, phase: str, info: dict) -> None:  # a ``gc.callbacks`` entry: times the full collections
         if info["generation"] != 2:
@@ -117,12 +120,26 @@ class PhaseTimer(Callback):
             self._collecting = time.perf_counter()
         elif self._collecting is not None:
             seconds, self._collecting = time.perf_counter() - self._collecting, None
-            self.record.collections.append((self._step, seconds, self._validating))
+            self.record.collections.append((self._step, seconds, self._validation_start is not None))
 
     @staticmethod
     def _now(pl_module) -> float:
         sync(pl_module.device)
         return time.perf_counter() - START
+
+    @staticmethod
+    def _mark(pl_module) -> Any:
+        """A point on the device's timeline without waiting for the device (a recorded CUDA event; elsewhere, the
+        clock): marking every validation batch with ``_now`` would stop the host queueing the next one."""
+        if pl_module.device.type != "cuda":
+            return time.perf_counter() - START
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def _at(self, mark: Any, start: float) -> float:
+        """A mark's time, the validation's ``start`` being that of ``self._origin`` (call after a synchronisation)."""
+        return mark if isinstance(mark, float) else start + self._origin.elapsed_time(mark) / 1000
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.record.warmup = int(getattr(getattr(pl_module, "sampler", None), "warmup_steps", 0) or 0)
@@ -144,25 +161,25 @@ class PhaseTimer(Callback):
 
     def on_validation_start(self, trainer, pl_module) -> None:
         self._validation_start = self._now(pl_module)
-        self._validating, self._batches = True, []
+        self._origin, self._batches = self._mark(pl_module), []
 
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
-        self._batches.append((self._now(pl_module), math.nan))
+        self._batches.append([self._mark(pl_module), None])
 
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
-        self._batches[-1] = (self._batches[-1][0], self._now(pl_module))
+        self._batches[-1][1] = self._mark(pl_module)
 
     def on_validation_end(self, trainer, pl_module) -> None:
         now = self._now(pl_module)
-        self._validating = False
+        start, self._validation_start = self._validation_start, None
         if trainer.sanity_checking:
-            self.record.sanity += now - self._validation_start
+            self.record.sanity += now - start
             return
-        self.record.validations.append((trainer.global_step, now - self._validation_start))
+        self.record.validations.append((trainer.global_step, now - start))
         if self._batches:
-            spans = [end - start for start, end in self._batches]
-            first, last = self._batches[0][0], self._batches[-1][1]
-            parts = (first - self._validation_start, sum(spans), max(spans), now - last)
+            batches = [(self._at(first, start), self._at(last, start)) for first, last in self._batches]
+            spans = [end - begin for begin, end in batches]
+            parts = (batches[0][0] - start, sum(spans), max(spans), now - batches[-1][1])
             self.record.validation_parts.append((trainer.global_step, *parts))
         self._validation_end = (trainer.global_step, now)
 

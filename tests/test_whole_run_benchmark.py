@@ -81,7 +81,7 @@ def test_full_garbage_collections_are_timed_and_those_in_validations_told_apart(
     try:
         gc.collect(1)  # a younger generation's: not counted
         gc.collect()
-        timer._validating = True
+        timer._validation_start = 1.0  # inside a validation
         gc.collect()
     finally:
         gc.callbacks.remove(timer._collection)
@@ -102,6 +102,21 @@ def test_validations_in_parts_are_averaged_over_the_validations():
     assert parts["validation_batches_s"] == pytest.approx(0.4)
     assert parts["validation_slowest_batch_s"] == pytest.approx(0.3)
     assert parts["validation_after_s"] == pytest.approx(0.1)
+
+
+def test_a_validations_batches_on_cuda_are_placed_by_events_from_its_start():
+    class Event:  # what PhaseTimer reads of a torch.cuda.Event: milliseconds from one to another
+        def __init__(self, seconds):
+            self.seconds = seconds
+
+        def elapsed_time(self, other):
+            return 1000 * (other.seconds - self.seconds)
+
+    timer = whole_run.PhaseTimer(block=10)
+    whole_run.RECORDS.remove(timer.record)
+    timer._origin = Event(5.0)  # recorded when the validation started, at 100 s on the script's clock
+    assert timer._at(Event(5.25), start=100.0) == pytest.approx(100.25)
+    assert timer._at(3.5, start=100.0) == 3.5  # off CUDA a mark is the clock's time itself
 
 
 def test_a_validations_time_is_its_mean_where_they_differ():
