@@ -161,7 +161,7 @@ def test_a_folded_first_norm_keeps_the_parameters_and_is_the_default_backbones_o
     backbone = ConvNet((1, 28, 28), 5, filters=4)
     with pytest.raises(ValueError, match=r"^model.fold_first_norm shapes the default .*give --model.fold_first_norm f"):
         UnitsMAML(backbone=backbone, fold_first_norm=True)
-    # both named at once, as the Omniglot configs set both
+    # both named at once (the Omniglot configs set these two and explicit_conv_grads)
     with pytest.raises(ValueError, match=r"^model.per_step_bn and model.fold_first_norm shape .*bn false --model.fold"):
         UnitsMAML(backbone=backbone, per_step_bn=True, fold_first_norm=True)
 

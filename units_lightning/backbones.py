@@ -54,13 +54,13 @@ def patch_moments(x: Tensor) -> tuple[Tensor, Tensor]:
     Eager, the patches are the nine shifted views of the padded images stacked, not ``F.unfold``: on CUDA that is
     ``im2col``, one kernel launch per image (2,400 per evaluation batch of 20 ``omniglot_20w1s`` tasks on an H200,
     8.6 of its 22.9 ms)."""
-    dtype = torch.promote_types(x.dtype, torch.float32)
+    dtype, compiling = torch.promote_types(x.dtype, torch.float32), torch.compiler.is_compiling()
     with torch.autocast(x.device.type, enabled=False):
-        patches = F.unfold(x.to(dtype), 3, padding=1) if torch.compiler.is_compiling() else _patches(x.to(dtype))
+        patches = F.unfold(x.to(dtype), 3, padding=1) if compiling else _patches(x.to(dtype))
         patches = patches.transpose(1, 2)  # (N, H*W, C*9)
         mean = patches.mean((0, 1))
         centered = patches.sub_(mean)  # in place: the patches of large RGB images are a sizeable copy already
-        if torch.compiler.is_compiling():
+        if compiling:
             return mean, (centered[..., :, None] * centered[..., None, :]).mean((0, 1))
         return mean, (centered.transpose(1, 2) @ centered).sum(0) / (centered.shape[0] * centered.shape[1])
 

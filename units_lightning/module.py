@@ -223,7 +223,7 @@ class UnitsMAML(EpisodicEvaluation):
             verb, them = ("shapes", "it") if len(options) == 1 else ("shape", "them")
             raise ValueError(
                 f"{names} {verb} the default ConvNet, not a backbone of your own: give {flags} (the Omniglot configs "
-                f"set per_step_bn and fold_first_norm) and build what you want of {them} into your backbone"
+                f"set all three) and build what you want of {them} into your backbone"
             )
         self.engine = build_engine(
             backbone,
