@@ -28,6 +28,7 @@ __all__ = [
     "expected_calibration_error",
     "mean_confidence_interval",
     "risk_coverage_curve",
+    "selective_accuracies_and_aurc",
     "selective_accuracy",
     "threshold_accuracy",
     "threshold_curve",
@@ -234,14 +235,36 @@ def selective_accuracy(correct: Tensor, uncertainty: Tensor, coverage: float) ->
         >>> float(selective_accuracy(correct, vacuity, 0.5)), float(selective_accuracy(correct, vacuity, 1.0))
         (1.0, 0.75)
     """
-    if not 0.0 < coverage <= 1.0:
-        raise ValueError(f"coverage must lie in (0, 1], got {coverage}")
+    return selective_accuracies_and_aurc(correct, uncertainty, [coverage])[0][0]
+
+
+def selective_accuracies_and_aurc(
+    correct: Tensor, uncertainty: Tensor, coverages: Sequence[float]
+) -> tuple[Tensor, Tensor]:
+    """``selective_accuracy`` at every coverage and ``area_under_risk_coverage``, from one ranking of the queries.
+
+    Returns:
+        ((len(coverages),) accuracies, () AURC); ``nan`` without queries.
+
+    Example:
+        >>> accuracy, aurc = selective_accuracies_and_aurc(
+        ...     torch.tensor([True, False, True]), torch.tensor([0.1, 0.2, 0.3]), [1 / 3, 1.0]
+        ... )
+        >>> [round(a, 4) for a in accuracy.tolist()], round(float(aurc), 4)  # AURC (0 + 1/2 + 1/3) / 3
+        ([1.0, 0.6667], 0.2778)
+    """
+    for coverage in coverages:
+        if not 0.0 < coverage <= 1.0:
+            raise ValueError(f"coverage must lie in (0, 1], got {coverage}")
     n = correct.numel()
     if n == 0:
-        return torch.tensor(math.nan)
-    k = max(1, math.ceil(coverage * n - 1e-9))
-    errors = _tie_aware_cumulative_errors(correct, uncertainty)[k - 1]
-    return (1.0 - errors / k).float()
+        return torch.full((len(coverages),), math.nan), torch.tensor(math.nan)
+    errors = _tie_aware_cumulative_errors(correct, uncertainty)
+    kept = [max(1, math.ceil(coverage * n - 1e-9)) for coverage in coverages]
+    index = torch.tensor(kept) - 1
+    accuracy = 1.0 - errors[index] / index.add(1).to(torch.float64)
+    aurc = (errors / torch.arange(1, n + 1, dtype=torch.float64)).mean()
+    return accuracy.float(), aurc.float()
 
 
 def calibration_bins(probability: Tensor, labels: Tensor, bins: int = 15) -> tuple[Tensor, Tensor, Tensor]:

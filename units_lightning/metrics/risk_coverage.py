@@ -9,7 +9,7 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities import dim_zero_cat
 
-from units_lightning.metrics.functional import DEFAULT_COVERAGES, area_under_risk_coverage, selective_accuracy
+from units_lightning.metrics.functional import DEFAULT_COVERAGES, selective_accuracies_and_aurc
 
 __all__ = ["RiskCoverage"]
 
@@ -50,10 +50,8 @@ class RiskCoverage(Metric):
         self.uncertainty.append(uncertainty.detach().reshape(-1).float())
 
     def compute(self) -> tuple[Tensor, Tensor]:
-        """(selective accuracy at each coverage, AURC)."""
-        correct, uncertainty = self._gathered()
-        accuracy = torch.stack([selective_accuracy(correct, uncertainty, c) for c in self.coverages])
-        return accuracy, area_under_risk_coverage(correct, uncertainty)
+        """(selective accuracy at each coverage, AURC), from one ranking of the queries."""
+        return selective_accuracies_and_aurc(*self._gathered(), self.coverages)
 
     def _gathered(self) -> tuple[Tensor, Tensor]:
         if isinstance(self.correct, list) and not self.correct:
