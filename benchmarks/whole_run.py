@@ -281,8 +281,8 @@ def project(record: Record, full_steps: float, end: float) -> dict[str, float | 
             f"no validation was measured, and the full run has {full_validations}: give --steps at least "
             f"{record.val_interval} (the steps between validations)"
         )
-    # Means, not medians: validations can take two values (0.22-0.45 s or 0.75-0.95 s in a compiled omniglot_20w1s run
-    # on an H200, no garbage collection among them), and a median then lands on either.
+    # Means, not medians: validations can vary from one to the next (they took 0.22-0.45 s or 0.75-0.95 s in compiled
+    # omniglot_20w1s runs on an H200 before a3873d1, the metrics' ranking on a busy CPU), and a median lands on either.
     validation = statistics.fmean(s for _, s in record.validations) if record.validations else 0.0
     after = statistics.fmean(s for _, s in record.after_validations) if record.after_validations else 0.0
     train = record.train_end - record.train_start
