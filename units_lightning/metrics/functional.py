@@ -159,19 +159,20 @@ def _tie_aware_cumulative_errors(correct: Tensor, uncertainty: Tensor) -> Tensor
     """Expected number of errors among the k most confident queries, k = 1..n, ties in random order.
 
     Queries with equal uncertainty cannot be ranked; instead of an arbitrary order, each tied group contributes
-    its errors in proportion to how many of its members are included (the expectation over orders). The counts are
-    whole numbers in float64 (exact), from running sums on the inputs' device; no scatter or repeat, whose CPU kernels
-    wake every thread of the pool for a few thousand queries (25x slower with 32 threads on 2 busy cores).
+    its errors in proportion to how many of its members are included (the expectation over orders), in float64. The
+    counts are running sums of integers on the inputs' device (deterministic everywhere); no scatter or repeat, whose
+    CPU kernels wake every thread of the pool for a few thousand queries (25x slower with 32 threads on 2 busy cores).
     """
     order = torch.argsort(uncertainty, stable=True)
-    errors = (~correct.bool()[order]).to(torch.float64)
+    errors = (~correct.bool()[order]).long()
     _, group_of, group_sizes = torch.unique_consecutive(uncertainty[order], return_inverse=True, return_counts=True)
     group_end = torch.cumsum(group_sizes, 0) - 1
     errors_through_group = torch.cumsum(errors, 0)[group_end]
     errors_before_group = torch.cat([errors_through_group.new_zeros(1), errors_through_group[:-1]])
     group_errors = errors_through_group - errors_before_group
     position_in_group = torch.arange(1, len(errors) + 1, device=errors.device) - (group_end - group_sizes + 1)[group_of]
-    return errors_before_group[group_of] + position_in_group * group_errors[group_of] / group_sizes[group_of]
+    share = (position_in_group * group_errors[group_of]).to(torch.float64) / group_sizes[group_of]
+    return errors_before_group[group_of].to(torch.float64) + share
 
 
 def risk_coverage_curve(correct: Tensor, uncertainty: Tensor) -> tuple[Tensor, Tensor]:
