@@ -56,6 +56,6 @@ class RiskCoverage(Metric):
     def _gathered(self) -> tuple[Tensor, Tensor]:
         if isinstance(self.correct, list) and not self.correct:
             return torch.zeros(0, dtype=torch.bool), torch.zeros(0)
-        # Ranked where the states live: on a GPU a few kernels, where the CPU's small-tensor kernels (indexing, running
-        # sums) wake the whole thread pool, 0.1 s a validation on a busy 32-core host (docs/PERFORMANCE.md).
+        # Ranked where the states live: on a GPU a few kernels. On the CPU, indexing a few thousand queries wakes the
+        # whole thread pool: 0.1 s a validation on a busy 32-core GPU host (docs/PERFORMANCE.md).
         return dim_zero_cat(self.correct), dim_zero_cat(self.uncertainty)
