@@ -126,3 +126,23 @@ def test_shift_metrics_auroc_separates_clean_from_shifted():
     empty = DetectionAUROC()
     empty.update(torch.tensor([0.3, 0.4]), positive=False)
     assert math.isnan(float(empty.compute()))  # no positives: undefined
+
+
+@pytest.mark.parametrize(
+    "device",
+    ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"))],
+)
+def test_risk_coverage_ranks_where_its_states_are_with_the_same_numbers(device):
+    # On a GPU the ranking stays there (the CPU's indexing kernels wake a 32-thread pool); the counts are integers, so
+    # the numbers are those of the CPU to the bit.
+    generator = torch.Generator().manual_seed(3)
+    correct = torch.rand(4000, generator=generator) < 0.8
+    uncertainty = (torch.rand(4000, generator=generator) * 40).floor() / 40
+    metric = RiskCoverage([0.1, 0.5, 1.0]).to(device)
+    for part in range(4):
+        metric.update(correct[part::4].to(device), uncertainty[part::4].to(device))
+    accuracy, aurc = metric.compute()
+    assert accuracy.device.type == aurc.device.type == device
+    order = torch.cat([torch.arange(part, 4000, 4) for part in range(4)])
+    expected = F.selective_accuracies_and_aurc(correct[order], uncertainty[order], [0.1, 0.5, 1.0])
+    assert torch.equal(accuracy.cpu(), expected[0]) and torch.equal(aurc.cpu(), expected[1])
