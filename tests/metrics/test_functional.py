@@ -78,6 +78,8 @@ def test_selective_accuracies_and_aurc_rank_once_and_match_each_alone(monkeypatc
     assert torch.isnan(empty_accuracy).all() and empty_accuracy.shape == (5,) and math.isnan(float(empty_aurc))
     with pytest.raises(ValueError, match="coverage must lie in"):
         F.selective_accuracies_and_aurc(correct, uncertainty, [0.5, 1.5])
+    no_coverage, same_aurc = F.selective_accuracies_and_aurc(correct, uncertainty, [])
+    assert no_coverage.shape == (0,) and float(same_aurc) == float(aurc)
 
 
 def test_ece_by_hand():

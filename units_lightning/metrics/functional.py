@@ -262,7 +262,8 @@ def selective_accuracies_and_aurc(
     if n == 0:
         return torch.full((len(coverages),), math.nan), torch.tensor(math.nan)
     errors = _tie_aware_cumulative_errors(correct, uncertainty)
-    kept = torch.tensor([max(1, math.ceil(coverage * n - 1e-9)) for coverage in coverages], device=errors.device)
+    counts = [max(1, math.ceil(coverage * n - 1e-9)) for coverage in coverages]
+    kept = torch.tensor(counts, dtype=torch.long, device=errors.device)
     accuracy = 1.0 - errors[kept - 1] / kept
     aurc = (errors / torch.arange(1, n + 1, dtype=torch.float64, device=errors.device)).mean()
     return accuracy.float(), aurc.float()
