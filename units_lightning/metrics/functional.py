@@ -196,7 +196,7 @@ def risk_coverage_curve(correct: Tensor, uncertainty: Tensor) -> tuple[Tensor, T
     if n == 0:
         empty = torch.zeros(0, dtype=torch.float64)
         return empty, empty
-    k = torch.arange(1, n + 1, dtype=torch.float64)
+    k = torch.arange(1, n + 1, dtype=torch.float64, device=correct.device)
     return k / n, _tie_aware_cumulative_errors(correct, uncertainty) / k
 
 
@@ -213,9 +213,7 @@ def area_under_risk_coverage(correct: Tensor, uncertainty: Tensor) -> Tensor:
         >>> round(float(area_under_risk_coverage(correct, torch.tensor([0.2, 0.1, 0.3]))), 4)  # (1 + 1/2 + 1/3) / 3
         0.6111
     """
-    if correct.numel() == 0:
-        return torch.tensor(math.nan)
-    return risk_coverage_curve(correct, uncertainty)[1].mean().float()
+    return selective_accuracies_and_aurc(correct, uncertainty, [])[1]
 
 
 def selective_accuracy(correct: Tensor, uncertainty: Tensor, coverage: float) -> Tensor:
@@ -261,12 +259,10 @@ def selective_accuracies_and_aurc(
     n = correct.numel()
     if n == 0:
         return torch.full((len(coverages),), math.nan), torch.tensor(math.nan)
-    errors = _tie_aware_cumulative_errors(correct, uncertainty)
-    counts = [max(1, math.ceil(coverage * n - 1e-9)) for coverage in coverages]
-    kept = torch.tensor(counts, dtype=torch.long, device=errors.device)
-    accuracy = 1.0 - errors[kept - 1] / kept
-    aurc = (errors / torch.arange(1, n + 1, dtype=torch.float64, device=errors.device)).mean()
-    return accuracy.float(), aurc.float()
+    risk = risk_coverage_curve(correct, uncertainty)[1]  # risk[k - 1]: the k most confident queries'
+    kept = [max(1, math.ceil(coverage * n - 1e-9)) - 1 for coverage in coverages]
+    accuracy = 1.0 - risk[torch.tensor(kept, dtype=torch.long, device=risk.device)]
+    return accuracy.float(), risk.mean().float()
 
 
 def calibration_bins(probability: Tensor, labels: Tensor, bins: int = 15) -> tuple[Tensor, Tensor, Tensor]:
