@@ -107,7 +107,7 @@ class UnitsMAML(EpisodicEvaluation):
         engine: "batched" (every task at once with torch.func), "learn2learn" (one task at a time, the
             reference) or "auto" (batched), which compute the same meta-gradients (tests/engines); or an engine
             class (``class_path`` in a config) that takes the backbone, configured by its own arguments (the
-            options ``inner_lr`` to ``compile_ahead`` here configure the named engines).
+            options ``inner_lr`` to ``compile_options`` here configure the named engines).
         chunk_size: tasks the batched engine vectorises at once (None: all); bounds evaluation memory.
         capture: speed-up of the batched engine's training steps: "auto" (on CUDA: "compile" for a run of at
             least ``COMPILE_MIN_STEPS`` steps on one GPU, or of ``WARM_COMPILE_MIN_STEPS`` where a fit of the
@@ -131,6 +131,8 @@ class UnitsMAML(EpisodicEvaluation):
         compile_ahead: under "compile", keep each compiled function whole (its graphs and guards too) in the compile
             cache, so that a later run loads it instead of tracing it again (``torch.compile(...).aot_compile``,
             experimental in torch); see ``BatchedEngine``.
+        compile_options: under "compile", Inductor options for every compiled function (``torch._inductor.config``
+            names), e.g. ``{combo_kernels: true}``; see ``BatchedEngine``.
         score_precision: "float32" or "bfloat16" (autocast on CUDA) for scoring candidate query sets: a
             cheaper selection pass when query sets are large; it may reorder near-tied candidates.
         inner_steps: inner-loop gradient steps in training.
@@ -180,6 +182,7 @@ class UnitsMAML(EpisodicEvaluation):
         compile_inner: Literal["loop", "step"] = "loop",
         compile_channels_last: bool = False,
         compile_ahead: bool = False,
+        compile_options: dict[str, Any] | None = None,
         score_precision: Literal["float32", "bfloat16"] = "float32",
         inner_steps: int = 5,
         eval_inner_steps: int | None = None,
@@ -237,6 +240,7 @@ class UnitsMAML(EpisodicEvaluation):
             compile_inner,
             compile_channels_last,
             compile_ahead,
+            compile_options,
         )
         self.loss = loss if loss is not None else EvidentialLoss()
         self.inner_loss = ScheduledInnerLoss(self.loss)

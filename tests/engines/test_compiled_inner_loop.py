@@ -177,6 +177,37 @@ def test_compile_channels_last_reaches_every_compiled_function_and_asks_for_cudn
         build_engine(agree.make_engine("batched", "fixed", False).model, "learn2learn", compile_channels_last=True)
 
 
+def test_compile_options_reach_every_compiled_function_over_the_engines_own_and_unknown_names_are_refused(monkeypatch):
+    options = {}
+
+    def record(function, **kwargs):
+        options[function.__name__] = kwargs.get("options")
+        return function
+
+    monkeypatch.setattr(torch, "compile", record)
+    engine = agree.make_engine(
+        "batched",
+        "per_layer_per_step",
+        True,
+        capture="compile",
+        compile_channels_last=True,
+        compile_options={"combo_kernels": True, "force_layout_optimization": False},
+    )
+    support_x, support_y, query_x, _ = agree.episode()
+    engine.compile_scoring = True
+    with torch.no_grad():
+        engine.predict_sets(engine.adapt(support_x, support_y, agree.LOSS, agree.STEPS, False), query_x)
+    # the user's options over the engine's own (here the layout that compile_channels_last forces)
+    expected = {"force_layout_optimization": False, "combo_kernels": True}
+    assert options == dict.fromkeys(["_adapt_all", "_predict_all", "_predict_sets", "_sets_per_task"], expected)
+    with pytest.raises(ValueError, match=r"has no option 'combo_kernel'; see torch/_inductor/config.py"):
+        agree.make_engine("batched", "fixed", False, compile_options={"combo_kernel": True})
+    with pytest.raises(ValueError, match="compile_options must map Inductor option names to values"):
+        agree.make_engine("batched", "fixed", False, compile_options={1: True})
+    with pytest.raises(ValueError, match="compile_options applies to the batched engine"):
+        build_engine(agree.make_engine("batched", "fixed", False).model, "learn2learn", compile_options={"a": 1})
+
+
 def test_compile_inner_is_checked_and_belongs_to_the_batched_engine():
     with pytest.raises(ValueError, match="compile_inner must be 'loop' or 'step', got 'steps'"):
         agree.make_engine("batched", "fixed", False, compile_inner="steps")

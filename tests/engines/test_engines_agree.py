@@ -34,6 +34,7 @@ def make_engine(
     compile_ahead=False,
     fold_first_norm=False,
     explicit_conv_grads=False,
+    compile_options=None,
 ):
     torch.manual_seed(0)
     bn_steps = STEPS + 1 if per_step_bn else 1
@@ -59,6 +60,7 @@ def make_engine(
             compile_inner=compile_inner,
             compile_channels_last=compile_channels_last,
             compile_ahead=compile_ahead,
+            compile_options=compile_options,
         )
     else:
         engine = Learn2LearnEngine(net, 0.3, lr_mode, STEPS)

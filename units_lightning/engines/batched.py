@@ -95,6 +95,9 @@ class BatchedEngine(nn.Module):
             and guards) in the compile cache, so that a later run on the machine loads it instead of tracing it
             again: a warm budget run's one-off 13.3-15.2 s -> 8.6-12.5 s on an H200. Falls back to plain compiling,
             after one message, where torch cannot (each saved artifact is loaded back once to check).
+        compile_options: Inductor options (``torch._inductor.config`` names, as ``torch.compile(options=...)``) for
+            every compiled function, over the engine's own (``compile_channels_last``'s layout, ``explicit_conv_grads``'
+            graph pass), e.g. ``{"combo_kernels": True}``; an unknown name is refused when the engine is built.
     """
 
     def __init__(
@@ -110,6 +113,7 @@ class BatchedEngine(nn.Module):
         compile_inner: Literal["loop", "step"] = "loop",
         compile_channels_last: bool = False,
         compile_ahead: bool = False,
+        compile_options: dict[str, Any] | None = None,
     ):
         super().__init__()
         for name, value in (("compile_channels_last", compile_channels_last), ("compile_ahead", compile_ahead)):
@@ -117,6 +121,7 @@ class BatchedEngine(nn.Module):
                 raise ValueError(f"{name} must be True or False, got {value!r}")
         self.compile_channels_last = compile_channels_last
         self.compile_ahead = compile_ahead
+        self.compile_options = check_inductor_options(compile_options)
         self._layout_checked = False  # the pairing with cuDNN's benchmark, checked at the first compiled call
         if compile_inner not in ("loop", "step"):
             raise ValueError(f"compile_inner must be 'loop' or 'step', got {compile_inner!r}")
@@ -203,7 +208,7 @@ class BatchedEngine(nn.Module):
         options: dict[str, Any] = {"force_layout_optimization": True} if self.compile_channels_last else {}
         if getattr(self.model, "explicit_conv_grads", False):  # image-sized-kernel convolutions as weight gradients
             options["post_grad_custom_post_pass"] = WeightGradientPass()
-        options = options or None
+        options = {**options, **self.compile_options} or None
         if self.compile_ahead:
             return AheadCompiled(function, options, dynamic=dynamic)
         return torch.compile(function, dynamic=dynamic, options=options)
@@ -464,6 +469,24 @@ class BatchedEngine(nn.Module):
 
     def _num_outputs(self) -> int:
         return list(self.model.parameters())[-1].shape[0]
+
+
+def check_inductor_options(options: dict[str, Any] | None) -> dict[str, Any]:
+    """``options`` as a dict (None: empty) whose names ``torch._inductor.config`` has; else a ValueError that names
+    them (Inductor itself would only refuse them at the first compiled call, after the data and the model loaded)."""
+    if not options:
+        return {}
+    if not isinstance(options, dict) or not all(isinstance(name, str) for name in options):
+        raise ValueError(f"compile_options must map Inductor option names to values, got {options!r}")
+    import torch._inductor.config as inductor_config  # only where options are given: it imports the compiler
+
+    unknown = sorted(name for name in options if not hasattr(inductor_config, name))
+    if unknown:
+        raise ValueError(
+            f"compile_options: torch._inductor.config (torch {torch.__version__}) has no option "
+            f"{', '.join(map(repr, unknown))}; see torch/_inductor/config.py for the names"
+        )
+    return dict(options)
 
 
 def _check_compilable(capture: str, vectorize: bool | str) -> None:

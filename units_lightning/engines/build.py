@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 from torch import nn
 
@@ -32,6 +32,7 @@ def build_engine(
     compile_inner: Literal["loop", "step"] = "loop",
     compile_channels_last: bool = False,
     compile_ahead: bool = False,
+    compile_options: dict[str, Any] | None = None,
 ) -> nn.Module:
     """``Learn2LearnEngine`` for ``engine="learn2learn"``, ``BatchedEngine`` for "auto" and "batched" (see
     ``UnitsMAML`` for the options), else ``engine(backbone)``: an engine class or factory, configured by its own
@@ -59,7 +60,8 @@ def build_engine(
             raise ValueError(f"capture={capture!r} applies to the batched engine: set model.engine=batched")
         if compile_inner != "loop":
             raise ValueError(f"compile_inner={compile_inner!r} applies to the batched engine: set model.engine=batched")
-        for name, value in (("compile_channels_last", compile_channels_last), ("compile_ahead", compile_ahead)):
+        named = (("compile_channels_last", compile_channels_last), ("compile_ahead", compile_ahead))
+        for name, value in (*named, ("compile_options", compile_options)):
             if value:
                 raise ValueError(f"{name} applies to the batched engine: set model.engine=batched")
         return Learn2LearnEngine(backbone, inner_lr, inner_lr_mode, inner_steps)
@@ -74,4 +76,5 @@ def build_engine(
         compile_inner=compile_inner,
         compile_channels_last=compile_channels_last,
         compile_ahead=compile_ahead,
+        compile_options=compile_options,
     )
