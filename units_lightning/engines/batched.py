@@ -74,7 +74,9 @@ class BatchedEngine(nn.Module):
             run; a short one, such as a label-budget run, is over before its compiling pays back), True or False.
             It is a forward pass only, whose batch norm, activation and pooling fuse into a few kernels (it pays on
             large query sets). If compiling fails (no Triton or C++ compiler), scoring runs eagerly after one
-            warning.
+            warning. False leaves the scoring to the predictions' function (``_compiled_predict_sets``), which
+            "compile" compiles with every task vectorised (grouped convolutions): on Omniglot 20w1s's small query
+            sets 1.05x a scoring step over the pass of its own (docs/PERFORMANCE.md).
         compile_inner: what one compiled graph of the inner loop holds under ``capture="compile"``: "loop" (all
             ``steps`` inner steps unrolled, one graph) or "step" (one inner step, a graph called ``steps`` times).
             Both give the same meta-gradients (float64, ``tests/engines/test_compiled_inner_loop.py``); "step"
