@@ -147,7 +147,8 @@ def test_the_channels_last_layout_compiles_eagers_meta_gradient_in_float64(devic
     assert forced and all(forced)  # every graph lowered (forward and backward) had the layout forced
 
 
-def test_compile_channels_last_reaches_every_compiled_function_and_asks_for_cudnns_benchmark(monkeypatch):
+def record_compile_options(monkeypatch):
+    """``torch.compile`` replaced by a recorder: the returned dict fills with each compiled function's options."""
     options = {}
 
     def record(function, **kwargs):
@@ -155,6 +156,11 @@ def test_compile_channels_last_reaches_every_compiled_function_and_asks_for_cudn
         return function
 
     monkeypatch.setattr(torch, "compile", record)
+    return options
+
+
+def test_compile_channels_last_reaches_every_compiled_function_and_asks_for_cudnns_benchmark(monkeypatch):
+    options = record_compile_options(monkeypatch)
     for channels_last, expected in ((True, {"force_layout_optimization": True}), (False, None)):
         options.clear()
         engine = agree.make_engine(
@@ -178,13 +184,7 @@ def test_compile_channels_last_reaches_every_compiled_function_and_asks_for_cudn
 
 
 def test_compile_options_reach_every_compiled_function_over_the_engines_own_and_unknown_names_are_refused(monkeypatch):
-    options = {}
-
-    def record(function, **kwargs):
-        options[function.__name__] = kwargs.get("options")
-        return function
-
-    monkeypatch.setattr(torch, "compile", record)
+    options = record_compile_options(monkeypatch)
     engine = agree.make_engine(
         "batched",
         "per_layer_per_step",
