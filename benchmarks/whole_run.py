@@ -470,11 +470,8 @@ def _table(f: dict) -> str:
     def ms(value: float | None) -> str:
         return "-" if value is None else f"{value:.2f}"
 
-    def seconds(value: float | None) -> str:
-        return "-" if value is None else f"{value:.1f}"
-
-    def seconds3(value: float | None) -> str:
-        return "-" if value is None else f"{value:.3f}"
+    def seconds(value: float | None, digits: int = 1) -> str:
+        return "-" if value is None else f"{value:.{digits}f}"
 
     rows = [
         ("imports (torch, Lightning, this package)", f"{f['imports_s']:.1f} s" + _BYTECODE[f["bytecode_kept"]]),
@@ -485,7 +482,7 @@ def _table(f: dict) -> str:
         ("validations: count, s each, s after each (checkpoints)",
          f"{f['validations']}, {f['validation_s']:.3f}, {f['after_validation_s']:.3f}"),
         ("a validation in parts (means): to the first batch / the batches / the slowest batch / after the last",
-         " / ".join(seconds3(f[key]) for key in ("validation_to_first_batch_s", "validation_batches_s",
+         " / ".join(seconds(f[key], 3) for key in ("validation_to_first_batch_s", "validation_batches_s",
                                                   "validation_slowest_batch_s", "validation_after_s")) + " s"),
         ("full garbage collections (Python's generation 2) in training: count, s in all, s of them in validations",
          f"{f['collections']}, {f['collections_s']:.2f}, {f['collections_in_validations_s']:.2f}"),

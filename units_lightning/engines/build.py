@@ -60,8 +60,11 @@ def build_engine(
             raise ValueError(f"capture={capture!r} applies to the batched engine: set model.engine=batched")
         if compile_inner != "loop":
             raise ValueError(f"compile_inner={compile_inner!r} applies to the batched engine: set model.engine=batched")
-        named = (("compile_channels_last", compile_channels_last), ("compile_ahead", compile_ahead))
-        for name, value in (*named, ("compile_options", compile_options)):
+        for name, value in (
+            ("compile_channels_last", compile_channels_last),
+            ("compile_ahead", compile_ahead),
+            ("compile_options", compile_options),
+        ):
             if value:
                 raise ValueError(f"{name} applies to the batched engine: set model.engine=batched")
         return Learn2LearnEngine(backbone, inner_lr, inner_lr_mode, inner_steps)
