@@ -4,7 +4,7 @@ The command line of the ``benchmarks.tables`` package (its docstring tells the g
 time and the tables); runs as a script or as a module:
 
     python benchmarks/paper_tables.py --dry-run                     # the runs, their commands, what is done
-    python benchmarks/paper_tables.py --configs budget --gpus 0,1 --per-gpu 12 --mps  # 45 runs: 17.9 min on 2 H200
+    python benchmarks/paper_tables.py --configs budget --gpus 0,1 --per-gpu 12 --mps  # the 45 budget runs, under MPS
     python benchmarks/paper_tables.py --configs omniglot_5w1s --methods Units-ML --seeds 0 \
         --extra "trainer.max_steps=200 data.test_tasks=50"               # a quick check (another --root!)
     python benchmarks/paper_tables.py --tables-only
